@@ -1,0 +1,52 @@
+# Shared set-up for scripts/demo and scripts/test: sourced, not run.
+# Creates .venv with a Python >= 3.11 and installs the project (with the extras asked for).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+find_python() {
+  for py in python3.13 python3.12 python3.11 python3; do
+    if command -v "$py" >/dev/null 2>&1 &&
+       "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+      echo "$py"; return 0
+    fi
+  done
+  echo "scale-agent needs Python 3.11 or newer on PATH" >&2
+  return 1
+}
+
+# ensure_venv EXTRAS: install the project into .venv; pip skips what is already satisfied.
+ensure_venv() {
+  local extras="$1"
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$(find_python)" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --upgrade pip
+  fi
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e "$ROOT[$extras]"
+}
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else
+    echo "need root to run: $*" >&2; return 1; fi
+}
+
+# kubectl is a test peer (kubesim must satisfy it); Debian ships it as kubernetes-client.
+ensure_kubectl() {
+  command -v kubectl >/dev/null 2>&1 && return 0
+  echo "installing kubectl (Debian package kubernetes-client)..." >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The integration tests use the local PostgreSQL and MariaDB; start them when they are down.
+ensure_databases() {
+  if ! port_open 5432 && [ -d /etc/postgresql ]; then
+    as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start || true
+  fi
+  if ! port_open 3306 && [ -x /usr/sbin/mariadbd ]; then
+    as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
+  fi
+}

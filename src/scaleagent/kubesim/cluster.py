@@ -1,0 +1,437 @@
+"""One simulated cluster: the API semantics over the store.
+
+This is where Kubernetes' object rules live (uid, creationTimestamp, generation, resourceVersion
+preconditions, status subresources, finalizers and graceful deletion, dry-run), independent of
+HTTP so that controllers and the churn generator use the same path as clients do.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from . import patching, validation
+from .openapi import FieldValidator
+from .errors import StatusError, already_exists, bad_request, conflict, not_found
+from .rbac import Attributes, Authorizer, UserInfo, bootstrap_objects
+from .resources import Registry, ResourceType
+from .store import ADDED, DELETED, MODIFIED, Event, Store
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# Fields a client may not change: the server owns them.
+_SERVER_META = ("uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp",
+                "deletionGracePeriodSeconds", "selfLink")
+
+PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+cbor": "apply",
+}
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _strip_for_compare(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("resourceVersion", "managedFields")}
+    return {**obj, "metadata": meta}
+
+
+def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Generation counts changes to anything but metadata and status."""
+    keys = (set(old) | set(new)) - {"metadata", "status", "apiVersion", "kind"}
+    return any(old.get(k) != new.get(k) for k in keys)
+
+
+class Cluster:
+    def __init__(self, name: str, *, history: int = 10_000, watch_queue: int = 10_000, version: str = "v1.30.0") -> None:
+        self.name = name
+        self.version = version
+        self.registry = Registry()
+        self.store = Store(history=history, watch_queue=watch_queue)
+        self.authorizer = Authorizer(self._rbac_lookup)
+        self.tokens: dict[str, UserInfo] = {}
+        self.fields = FieldValidator(self.registry, lambda: self.store.items("apiextensions.k8s.io/customresourcedefinitions"))
+        for ns in SYSTEM_NAMESPACES:
+            self.create(self.rt("", "v1", "namespaces"), "", {"apiVersion": "v1", "kind": "Namespace",
+                                                              "metadata": {"name": ns}}, manager="kube-apiserver")
+        for obj in bootstrap_objects():
+            rt = self.rt_for(obj)
+            self.create(rt, obj["metadata"].get("namespace", ""), obj, manager="kube-apiserver")
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def rt(self, group: str, version: str, plural: str) -> ResourceType:
+        rt = self.registry.lookup(group, version, plural)
+        if rt is None:
+            raise StatusError(404, "the server could not find the requested resource", details={})
+        return rt
+
+    def rt_for(self, obj: dict[str, Any]) -> ResourceType:
+        """The resource type of a manifest, by its apiVersion and kind."""
+        api_version = obj.get("apiVersion", "")
+        group, _, version = api_version.rpartition("/")
+        for rt in self.registry.types:
+            if rt.group == group and rt.version == version and rt.kind == obj.get("kind"):
+                return rt
+        raise StatusError(404, f'no matches for kind "{obj.get("kind")}" in version "{api_version}"')
+
+    def _rbac_lookup(self, kind: str, namespace: str | None) -> Iterable[dict[str, Any]]:
+        plural = kind.lower() + "s"
+        return self.store.items(f"rbac.authorization.k8s.io/{plural}", namespace or "")
+
+    def authenticate_token(self, token: str) -> UserInfo | None:
+        return self.tokens.get(token)
+
+    def add_token(self, user: str, groups: tuple[str, ...] = ("system:authenticated",), token: str | None = None) -> str:
+        token = token or secrets.token_urlsafe(24)
+        self.tokens[token] = UserInfo(user, groups)
+        return token
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.store.get(rt.storage_key, namespace, name)
+        if obj is None:
+            raise not_found(rt.group, rt.plural, name)
+        return self._as_version(rt, obj)
+
+    def _as_version(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """Custom resources stored at one version are served at any served version (conversion: None)."""
+        if obj.get("apiVersion") == rt.api_version:
+            return obj
+        return {**obj, "apiVersion": rt.api_version}
+
+    def _require_namespace(self, rt: ResourceType, namespace: str, creating: bool) -> None:
+        if not rt.namespaced:
+            return
+        if not namespace:
+            raise bad_request("the server could not find the requested resource: a namespace is required")
+        ns = self.store.get("/namespaces", "", namespace)
+        if ns is None:
+            raise not_found("", "namespaces", namespace)
+        if creating and ns.get("metadata", {}).get("deletionTimestamp"):
+            raise StatusError(
+                403,
+                f"{rt.plural} \"\" is forbidden: unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+                details={"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                                     "message": f"namespace {namespace} is being terminated"}]},
+            )
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def _identity(self, rt: ResourceType, namespace: str, obj: dict[str, Any], name: str | None = None) -> None:
+        if obj.get("apiVersion") not in (None, rt.api_version):
+            raise bad_request(
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the expected API version "
+                f"({rt.api_version})"
+            )
+        if obj.get("kind") not in (None, rt.kind):
+            raise bad_request(f"the kind in the data ({obj.get('kind')}) does not match the expected kind ({rt.kind})")
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rt.namespaced:
+            if meta.get("namespace") not in (None, "", namespace):
+                raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if name is not None and meta.get("name") not in (None, name):
+            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)" % (meta.get("name"), name))
+        if name is not None:
+            meta["name"] = name
+
+    def create(
+        self, rt: ResourceType, namespace: str, obj: dict[str, Any], *, manager: str = "", dry_run: bool = False,
+        subresource: str = "", field_validation: str | None = None, warnings: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Create an object. `field_validation` None (internal writers) skips the unknown-field check."""
+        if "create" not in rt.verbs:
+            raise StatusError(405, f"the server does not allow this method on the requested resource")
+        obj = copy.deepcopy(validation.check_type(obj))
+        self._identity(rt, namespace, obj)
+        obj = self._known_fields(rt, obj, field_validation, warnings)
+        meta = obj["metadata"]
+        if not meta.get("name"):
+            if meta.get("generateName"):
+                meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+            else:
+                raise StatusError(
+                    422, f'{rt.kind}{"." + rt.group if rt.group else ""} "" is invalid: metadata.name: Required value: '
+                         "name or generateName is required",
+                    details={"kind": rt.kind, "group": rt.group,
+                             "causes": [{"reason": "FieldValueRequired", "message": "Required value: name or generateName is required",
+                                         "field": "metadata.name"}]},
+                )
+        self._require_namespace(rt, namespace, creating=True)
+        if self.store.get(rt.storage_key, namespace, meta["name"]) is not None:
+            raise already_exists(rt.group, rt.plural, meta["name"])
+        for k in _SERVER_META:
+            meta.pop(k, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if rt.generation or rt.custom:
+            meta["generation"] = 1
+        if "status" in rt.subresources:
+            if rt.custom:
+                obj.pop("status", None)
+            elif rt.kind != "Namespace":
+                obj["status"] = {}
+        validation.apply_defaults(rt, obj)
+        validation.validate(rt, obj)
+        if manager:
+            obj = patching.record_update(None, obj, manager=manager, group=rt.group, version=rt.version,
+                                         kind=rt.kind, now=now_rfc3339(), subresource=subresource)
+        if dry_run:
+            return obj
+        self.store.commit(rt.storage_key, ADDED, obj, None)
+        if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions":
+            self._crd_established(obj)
+        return self._as_version(rt, self.store.get(rt.storage_key, namespace, meta["name"]))
+
+    def update(
+        self, rt: ResourceType, namespace: str, name: str, obj: dict[str, Any], *, subresource: str = "",
+        manager: str = "", dry_run: bool = False, _record: bool = True, field_validation: str | None = None,
+        warnings: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """PUT semantics: optimistic concurrency on metadata.resourceVersion, status kept apart."""
+        obj = copy.deepcopy(validation.check_type(obj))
+        self._identity(rt, namespace, obj, name)
+        old = self.store.get(rt.storage_key, namespace, name)
+        if old is None:
+            raise not_found(rt.group, rt.plural, name)
+        want_rv = obj["metadata"].get("resourceVersion")
+        if want_rv and want_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(rt.group, rt.plural, name,
+                           "the object has been modified; please apply your changes to the latest version and try again")
+        obj = self._known_fields(rt, obj, field_validation, warnings)
+        return self._write(rt, old, obj, subresource=subresource, manager=manager, dry_run=dry_run, record=_record)
+
+    def _known_fields(self, rt: ResourceType, obj: dict[str, Any], mode: str | None,
+                      warnings: list[str] | None) -> dict[str, Any]:
+        """Drop unknown fields as the apiserver's decoder does, reporting them per fieldValidation."""
+        if mode is None:
+            return obj
+        obj, unknown = self.fields.check(rt, obj, mode)
+        if warnings is not None:
+            warnings.extend(unknown)
+        return obj
+
+    def _write(
+        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, subresource: str, manager: str,
+        dry_run: bool, record: bool = True,
+    ) -> dict[str, Any]:
+        meta, old_meta = new["metadata"], old["metadata"]
+        for k in _SERVER_META:
+            if k in old_meta:
+                meta[k] = old_meta[k]
+            else:
+                meta.pop(k, None)
+        if subresource == "status":
+            new = {**old, "status": new.get("status", {}), "metadata": {**old_meta}}
+        elif subresource == "scale":
+            pass
+        elif "status" in rt.subresources:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        if rt.kind == "Namespace" and subresource != "finalize":
+            new["spec"] = old.get("spec", {})
+        elif rt.kind == "Namespace":
+            new = {**old, "spec": new.get("spec", {}), "metadata": {**old_meta}}
+        if old_meta.get("deletionTimestamp") and set(new["metadata"].get("finalizers") or []) - set(old_meta.get("finalizers") or []):
+            raise StatusError(422, f'{rt.kind} "{old_meta["name"]}" is invalid: metadata.finalizers: Forbidden: '
+                                   "no new finalizers can be added if the object is being deleted")
+        validation.apply_defaults(rt, new)
+        validation.validate(rt, new)
+        if (rt.generation or rt.custom) and subresource != "status" and _spec_changed(old, new):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        if record and manager:
+            new = patching.record_update(old, new, manager=manager, group=rt.group, version=rt.version,
+                                         kind=rt.kind, now=now_rfc3339(), subresource=subresource)
+        if _strip_for_compare(new) == _strip_for_compare(old):
+            return self._as_version(rt, old)  # a no-op write does not bump resourceVersion
+        if dry_run:
+            new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+            return new
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            self.store.commit(rt.storage_key, DELETED, new, old)
+            self._after_delete(rt, new)
+            return self._as_version(rt, new)
+        self.store.commit(rt.storage_key, MODIFIED, new, old)
+        if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions" and not subresource:
+            self.registry.set_custom(new)
+        return self._as_version(rt, new)
+
+    def patch(
+        self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: Any, *, manager: str = "",
+        force: bool = False, subresource: str = "", dry_run: bool = False, field_validation: str | None = None,
+        warnings: list[str] | None = None,
+    ) -> dict[str, Any]:
+        old = self.store.get(rt.storage_key, namespace, name)
+        now = now_rfc3339()
+        if patch_type == "apply":
+            if not manager:
+                raise bad_request("PATCH, application/apply-patch+yaml requires fieldManager parameter")
+            applied = copy.deepcopy(validation.check_type(body, "apply configuration"))
+            self._identity(rt, namespace, applied, name)
+            applied = self._known_fields(rt, applied, field_validation, warnings)
+            if old is None:
+                self._require_namespace(rt, namespace, creating=True)
+                merged = self._ssa(rt, None, applied, manager, force, now, subresource)
+                return self.create(rt, namespace, merged, manager="", dry_run=dry_run)
+            merged = self._ssa(rt, old, applied, manager, force, now, subresource)
+            return self._write(rt, old, merged, subresource=subresource, manager=manager, dry_run=dry_run, record=False)
+        if old is None:
+            raise not_found(rt.group, rt.plural, name)
+        base = self._as_version(rt, old)
+        try:
+            if patch_type == "json":
+                new = patching.apply_json_patch(base, body)
+            elif patch_type == "merge":
+                new = patching.apply_merge_patch(base, body)
+            elif patch_type == "strategic":
+                if rt.custom:
+                    raise patching.PatchError("", 415)
+                new = patching.apply_strategic_merge_patch(base, body, rt.group, rt.kind)
+            else:
+                raise StatusError(415, f"unsupported patch type {patch_type!r}")
+        except patching.PatchError as e:
+            if e.code == 415:
+                raise StatusError(415, "the body of the request was in an unknown format - accepted media types include: "
+                                       "application/json-patch+json, application/merge-patch+json, "
+                                       "application/apply-patch+yaml") from None
+            raise StatusError(e.code, e.message) from None
+        new = validation.check_type(new, "patched object")
+        want_rv = (new.get("metadata") or {}).get("resourceVersion")
+        if want_rv and want_rv != old["metadata"]["resourceVersion"]:
+            raise conflict(rt.group, rt.plural, name,
+                           "the object has been modified; please apply your changes to the latest version and try again")
+        self._identity(rt, namespace, new, name)
+        new = self._known_fields(rt, new, field_validation, warnings)
+        return self._write(rt, old, new, subresource=subresource, manager=manager, dry_run=dry_run)
+
+    def _ssa(self, rt: ResourceType, live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
+             now: str, subresource: str) -> dict[str, Any]:
+        try:
+            return patching.server_side_apply(live, applied, manager=manager, force=force, group=rt.group,
+                                              version=rt.version, kind=rt.kind, now=now, subresource=subresource)
+        except patching.ApplyConflict as e:
+            raise StatusError(409, str(e), details={
+                "causes": [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
+                           for m, f in e.conflicts]}) from None
+        except patching.PatchError as e:
+            raise StatusError(e.code, e.message) from None
+
+    def delete(
+        self, rt: ResourceType, namespace: str, name: str, *, propagation: str | None = None,
+        preconditions: dict[str, Any] | None = None, dry_run: bool = False,
+    ) -> tuple[int, dict[str, Any]]:
+        """DELETE: 200 with a Status when gone at once, 202 with the object while finalizers hold it."""
+        old = self.store.get(rt.storage_key, namespace, name)
+        if old is None:
+            raise not_found(rt.group, rt.plural, name)
+        meta = old["metadata"]
+        pre = preconditions or {}
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise conflict(rt.group, rt.plural, name,
+                           f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise conflict(rt.group, rt.plural, name,
+                           f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                           f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+        if propagation not in (None, "", "Background", "Foreground", "Orphan"):
+            raise StatusError(422, f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
+                                   f'"{propagation}": supported values: "Foreground", "Background", "Orphan", "nil"')
+        finalizers = list(meta.get("finalizers") or [])
+        if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")
+        if propagation == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")
+        pending = bool(finalizers) or (rt.kind == "Namespace" and rt.group == "")
+        if dry_run:
+            return (202 if pending else 200), old
+        if pending:
+            if meta.get("deletionTimestamp"):
+                return 202, self._as_version(rt, old)
+            new_meta = {**meta, "finalizers": finalizers, "deletionTimestamp": now_rfc3339(),
+                        "deletionGracePeriodSeconds": 0}
+            new = {**old, "metadata": new_meta}
+            if rt.generation or rt.custom:
+                new_meta["generation"] = int(meta.get("generation", 1)) + 1
+            if rt.kind == "Namespace" and rt.group == "":
+                new["status"] = {**old.get("status", {}), "phase": "Terminating"}
+            self.store.commit(rt.storage_key, MODIFIED, new, old)
+            return 202, self._as_version(rt, new)
+        gone = {**old, "metadata": {**meta}}
+        self.store.commit(rt.storage_key, DELETED, gone, old)
+        self._after_delete(rt, gone)
+        details = {"name": name, "kind": rt.plural, "uid": meta.get("uid")}
+        if rt.group:
+            details["group"] = rt.group
+        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+    def _after_delete(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions":
+            spec = obj.get("spec", {})
+            group, plural = spec.get("group", ""), spec.get("names", {}).get("plural", "")
+            for custom in self.registry.custom_types(group, plural)[:1]:
+                for cr in list(self.store.items(custom.storage_key)):
+                    m = cr["metadata"]
+                    self.store.commit(custom.storage_key, DELETED, {**cr, "metadata": {**m}}, cr)
+            self.registry.remove_custom(group, plural)
+
+    def _crd_established(self, crd: dict[str, Any]) -> None:
+        """The apiextensions controller accepts names and establishes the CRD at once."""
+        self.registry.set_custom(crd)
+        now = now_rfc3339()
+        status = {
+            "acceptedNames": crd["spec"]["names"],
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                 "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+        }
+        self.store.commit(f"apiextensions.k8s.io/customresourcedefinitions", MODIFIED, {**crd, "status": status}, crd)
+
+    # -- reviews -------------------------------------------------------------------------------
+
+    def review(self, rt: ResourceType, user: UserInfo, body: dict[str, Any]) -> dict[str, Any]:
+        body = validation.check_type(body)
+        spec = body.get("spec") or {}
+        out = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"creationTimestamp": None}, "spec": spec}
+        if rt.kind == "SelfSubjectAccessReview":
+            ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+            if bool(ra) == bool(nra):
+                raise StatusError(422, 'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Invalid value: '
+                                       "exactly one of nonResourceAttributes or resourceAttributes must be specified")
+            if ra:
+                attrs = Attributes(user, ra.get("verb", ""), True, api_group=ra.get("group", ""),
+                                   resource=ra.get("resource", ""), subresource=ra.get("subresource", ""),
+                                   name=ra.get("name", ""), namespace=ra.get("namespace", ""))
+            else:
+                attrs = Attributes(user, nra.get("verb", ""), False, path=nra.get("path", ""))
+            allowed, reason = self.authorizer.authorize(attrs)
+            out["status"] = {"allowed": allowed}
+            if reason:
+                out["status"]["reason"] = reason
+        elif rt.kind == "SelfSubjectRulesReview":
+            rules, non_resource, incomplete = self.authorizer.rules_for(user, spec.get("namespace", ""))
+            out["status"] = {"resourceRules": rules, "nonResourceRules": non_resource, "incomplete": incomplete}
+        else:  # SelfSubjectReview
+            out.pop("spec")
+            out["status"] = {"userInfo": {"username": user.name, "groups": list(user.groups)}}
+        return out

@@ -1,0 +1,396 @@
+"""Controller behaviour that makes a simulated cluster look alive to watchers and deployers.
+
+Controllers react to store changes like informers do, but run their reconciles on the event loop
+after the write that triggered them (never inside it), so a client first sees its own write and
+then the status and dependents the controllers produce, in the order a real cluster shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any
+
+import orjson
+
+from .cluster import Cluster, now_rfc3339
+from .errors import StatusError
+from .resources import ResourceType
+from .selectors import label_selector_from_dict
+from .store import DELETED, Event
+
+log = logging.getLogger("scaleagent.kubesim.controllers")
+
+REVISION = "deployment.kubernetes.io/revision"
+MANAGER = "kube-controller-manager"
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """A stable pod-template-hash (Kubernetes uses an FNV hash; any stable, short hash serves)."""
+    t = {**template, "metadata": {**(template.get("metadata") or {})}}
+    labels = {k: v for k, v in (t["metadata"].get("labels") or {}).items() if k != "pod-template-hash"}
+    t["metadata"]["labels"] = labels
+    digest = hashlib.sha256(orjson.dumps(t, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    n = int(digest[:16], 16)
+    out = ""
+    for _ in range(10):
+        n, r = divmod(n, len(alphabet))
+        out += alphabet[r]
+    return out
+
+
+def _owner_ref(obj: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
+
+
+def _owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
+    return any(o.get("uid") == owner_uid and o.get("controller") for o in obj["metadata"].get("ownerReferences") or [])
+
+
+class Controllers:
+    """Namespace lifecycle, garbage collection, Deployment → ReplicaSet → Pod, Job → Pod."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.c = cluster
+        self._queue: asyncio.Queue[tuple[str, ...]] = asyncio.Queue()
+        self._pending: set[tuple[str, ...]] = set()
+        self._task: asyncio.Task[None] | None = None
+        cluster.store.listen(self._on_change)
+        self._rt = {
+            "deployments": cluster.rt("apps", "v1", "deployments"),
+            "replicasets": cluster.rt("apps", "v1", "replicasets"),
+            "pods": cluster.rt("", "v1", "pods"),
+            "namespaces": cluster.rt("", "v1", "namespaces"),
+            "jobs": cluster.rt("batch", "v1", "jobs"),
+        }
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def idle(self) -> None:
+        """Wait until every queued reconcile has run (for the churn generator and tests)."""
+        await self._queue.join()
+
+    def _enqueue(self, *key: str) -> None:
+        if key not in self._pending:
+            self._pending.add(key)
+            self._queue.put_nowait(key)
+
+    def _on_change(self, resource: str, ev: Event) -> None:
+        meta = ev.obj.get("metadata", {})
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if resource == "apps/deployments":
+            self._enqueue("deployment", ns, name)
+        elif resource == "apps/replicasets":
+            self._enqueue("replicaset", ns, name)
+            for o in meta.get("ownerReferences") or []:
+                if o.get("kind") == "Deployment":
+                    self._enqueue("deployment", ns, o["name"])
+        elif resource == "/pods":
+            for o in meta.get("ownerReferences") or []:
+                if o.get("kind") == "ReplicaSet":
+                    self._enqueue("replicaset", ns, o["name"])
+                elif o.get("kind") == "Job":
+                    self._enqueue("job", ns, o["name"])
+        elif resource == "batch/jobs":
+            self._enqueue("job", ns, name)
+        if resource == "/namespaces" and meta.get("deletionTimestamp"):
+            self._enqueue("namespace", "", name)
+        if ev.type == DELETED or meta.get("deletionTimestamp"):
+            uid = meta.get("uid", "")
+            if self.c.store.dependents(uid) or {"orphan", "foregroundDeletion"} & set(meta.get("finalizers") or ()):
+                self._enqueue("gc", resource, ns, name, uid)
+
+    async def _run(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._pending.discard(key)
+            try:
+                kind, a, b = key[0], key[1], key[2]
+                if kind == "gc":
+                    self._collect(key[1], key[2], key[3], key[4])
+                elif kind == "namespace":
+                    self._finalize_namespace(b)
+                elif kind == "deployment":
+                    self._deployment(a, b)
+                elif kind == "replicaset":
+                    self._replicaset(a, b)
+                elif kind == "job":
+                    self._job(a, b)
+            except StatusError as e:
+                # Conflicts and races with clients are normal: the next change requeues the object.
+                log.debug("reconcile %s: %s", key, e.message)
+            except Exception:
+                log.exception("controller failed on %s", key)
+            finally:
+                self._queue.task_done()
+            await asyncio.sleep(0)
+
+    # -- garbage collector and namespace lifecycle ----------------------------------------------
+
+    def _collect(self, resource: str, ns: str, name: str, uid: str) -> None:
+        owner = self.c.store.get(resource, ns, name)
+        if owner is not None and owner["metadata"].get("uid") != uid:
+            owner = None
+        finalizers = (owner or {}).get("metadata", {}).get("finalizers") or []
+        dependents = self.c.store.dependents(uid)
+        if owner is not None and "orphan" in finalizers:
+            for res, dep in dependents:
+                refs = [r for r in dep["metadata"].get("ownerReferences") or [] if r.get("uid") != uid]
+                self._put(res, {**dep, "metadata": {**dep["metadata"], "ownerReferences": refs}})
+            self._drop_finalizer(resource, owner, "orphan")
+            return
+        if owner is not None and "foregroundDeletion" not in finalizers:
+            return  # still alive, or held by someone else's finalizer
+        for res, dep in dependents:
+            if not dep["metadata"].get("deletionTimestamp"):
+                rt = self._type_of(res, dep)
+                if rt is not None:
+                    self._delete(rt, dep, "Foreground" if owner is not None else "Background")
+        if owner is not None and not self.c.store.dependents(uid):
+            self._drop_finalizer(resource, owner, "foregroundDeletion")
+
+    def _finalize_namespace(self, name: str) -> None:
+        ns = self.c.store.get("/namespaces", "", name)
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        remaining = 0
+        for rt in self.c.registry.types:
+            if not rt.namespaced or "delete" not in rt.verbs or (rt.custom and rt != self.c.registry.custom_types(rt.group, rt.plural)[0]):
+                continue
+            for obj in list(self.c.store.items(rt.storage_key, name)):
+                remaining += 1
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self._delete(rt, obj, "Background")
+        if remaining and any(True for rt in self.c.registry.types if rt.namespaced
+                             for _ in self.c.store.items(rt.storage_key, name)):
+            return  # finalizers elsewhere still hold objects; their deletion requeues us
+        new = {**ns, "spec": {**ns.get("spec", {}), "finalizers": []}}
+        self.c.update(self._rt["namespaces"], "", name, new, subresource="finalize", manager=MANAGER)
+
+    def _type_of(self, resource: str, obj: dict[str, Any]) -> ResourceType | None:
+        group, _, version = obj.get("apiVersion", "").rpartition("/")
+        for rt in self.c.registry.types:
+            if rt.storage_key == resource and rt.version == version:
+                return rt
+        return None
+
+    def _delete(self, rt: ResourceType, obj: dict[str, Any], propagation: str) -> None:
+        try:
+            self.c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], propagation=propagation)
+        except StatusError:
+            pass
+
+    def _drop_finalizer(self, resource: str, obj: dict[str, Any], finalizer: str) -> None:
+        fin = [f for f in obj["metadata"].get("finalizers") or [] if f != finalizer]
+        self._put(resource, {**obj, "metadata": {**obj["metadata"], "finalizers": fin}})
+
+    def _put(self, resource: str, obj: dict[str, Any]) -> None:
+        rt = self._type_of(resource, obj)
+        if rt is not None:
+            meta = obj["metadata"]
+            self.c.update(rt, meta.get("namespace", ""), meta["name"], obj, manager=MANAGER)
+
+    # -- workloads -----------------------------------------------------------------------------
+
+    def _deployment(self, ns: str, name: str) -> None:
+        d = self.c.store.get("apps/deployments", ns, name)
+        if d is None or d["metadata"].get("deletionTimestamp"):
+            return
+        spec = d.get("spec") or {}
+        template = spec.get("template") or {}
+        owned = [rs for rs in self.c.store.items("apps/replicasets", ns) if _owned_by(rs, d["metadata"]["uid"])]
+        h = template_hash(template)
+        current = next((rs for rs in owned if rs["metadata"].get("labels", {}).get("pod-template-hash") == h), None)
+        revisions = [int(rs["metadata"].get("annotations", {}).get(REVISION, "0")) for rs in owned]
+        max_rev = max(revisions, default=0)
+        replicas = int(spec.get("replicas", 1))
+        rs_rt = self._rt["replicasets"]
+        if spec.get("paused") and current is None:
+            self._deployment_status(d, owned, None)
+            return
+        if current is None:
+            labels = {**(template.get("metadata") or {}).get("labels", {}), "pod-template-hash": h}
+            sel = spec.get("selector") or {}
+            rs = {
+                "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": f"{name}-{h}", "namespace": ns, "labels": labels,
+                             "annotations": {REVISION: str(max_rev + 1),
+                                             "deployment.kubernetes.io/desired-replicas": str(replicas)},
+                             "ownerReferences": [_owner_ref(d)]},
+                "spec": {"replicas": replicas,
+                         "selector": {**sel, "matchLabels": {**sel.get("matchLabels", {}), "pod-template-hash": h}},
+                         "template": {**template, "metadata": {**(template.get("metadata") or {}), "labels": labels}}},
+            }
+            current = self.c.create(rs_rt, ns, rs, manager=MANAGER)
+        else:
+            ann = current["metadata"].get("annotations", {})
+            want = {**ann, "deployment.kubernetes.io/desired-replicas": str(replicas)}
+            if int(ann.get(REVISION, "0")) < max_rev:
+                want[REVISION] = str(max_rev + 1)  # a rollback makes the old ReplicaSet the newest revision
+            if current["spec"].get("replicas") != replicas or want != ann:
+                current = self.c.update(rs_rt, ns, current["metadata"]["name"],
+                                        {**current, "metadata": {**current["metadata"], "annotations": want},
+                                         "spec": {**current["spec"], "replicas": replicas}}, manager=MANAGER)
+        if not spec.get("paused"):
+            for rs in owned:
+                if rs["metadata"]["uid"] != current["metadata"]["uid"] and rs["spec"].get("replicas", 0) != 0:
+                    self.c.update(rs_rt, ns, rs["metadata"]["name"], {**rs, "spec": {**rs["spec"], "replicas": 0}},
+                                  manager=MANAGER)
+            self._prune_history(d, owned, current)
+        self._deployment_status(self.c.store.get("apps/deployments", ns, name) or d, owned, current)
+
+    def _prune_history(self, d: dict[str, Any], owned: list[dict[str, Any]], current: dict[str, Any]) -> None:
+        limit = int((d.get("spec") or {}).get("revisionHistoryLimit", 10))
+        old = [rs for rs in owned if rs["metadata"]["uid"] != current["metadata"]["uid"]
+               and rs["spec"].get("replicas", 0) == 0 and (rs.get("status") or {}).get("replicas", 0) == 0]
+        old.sort(key=lambda rs: int(rs["metadata"].get("annotations", {}).get(REVISION, "0")))
+        for rs in old[: max(0, len(old) - limit)]:
+            self._delete(self._rt["replicasets"], rs, "Background")
+
+    def _deployment_status(self, d: dict[str, Any], owned: list[dict[str, Any]], current: dict[str, Any] | None) -> None:
+        ns = d["metadata"]["namespace"]
+        all_rs = [self.c.store.get("apps/replicasets", ns, rs["metadata"]["name"]) for rs in owned]
+        if current is not None and all(rs is None or rs["metadata"]["uid"] != current["metadata"]["uid"] for rs in all_rs):
+            all_rs.append(current)
+        live = [rs for rs in all_rs if rs is not None]
+        st = lambda rs, k: int((rs.get("status") or {}).get(k, 0))  # noqa: E731
+        cur = self.c.store.get("apps/replicasets", ns, current["metadata"]["name"]) if current else None
+        replicas = int((d.get("spec") or {}).get("replicas", 1))
+        status: dict[str, Any] = {
+            "observedGeneration": d["metadata"].get("generation", 1),
+            "replicas": sum(st(rs, "replicas") for rs in live),
+            "updatedReplicas": st(cur, "replicas") if cur else 0,
+            "readyReplicas": sum(st(rs, "readyReplicas") for rs in live),
+            "availableReplicas": sum(st(rs, "availableReplicas") for rs in live),
+        }
+        status["unavailableReplicas"] = max(0, replicas - status["availableReplicas"])
+        status = {k: v for k, v in status.items() if v or k == "observedGeneration"}
+        old_status = d.get("status") or {}
+        now = now_rfc3339()
+        available = status.get("availableReplicas", 0) >= replicas
+        complete = cur is not None and status.get("updatedReplicas", 0) == replicas and available
+        paused = bool((d.get("spec") or {}).get("paused"))
+        conds = {c["type"]: c for c in old_status.get("conditions") or []}
+        want = [
+            ("Available", "True" if available else "False",
+             "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+             "Deployment has minimum availability." if available else "Deployment does not have minimum availability."),
+            ("Progressing", "Unknown" if paused else "True",
+             "DeploymentPaused" if paused else ("NewReplicaSetAvailable" if complete else "ReplicaSetUpdated"),
+             "Deployment is paused" if paused else (
+                 f'ReplicaSet "{cur["metadata"]["name"]}" has successfully progressed.' if complete and cur
+                 else f'ReplicaSet "{cur["metadata"]["name"] if cur else ""}" is progressing.')),
+        ]
+        out = []
+        for type_, s, reason, message in want:
+            prev = conds.get(type_)
+            same = prev and prev.get("status") == s and prev.get("reason") == reason
+            out.append({"type": type_, "status": s, "lastUpdateTime": prev["lastUpdateTime"] if same else now,
+                        "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == s else now,
+                        "reason": reason, "message": message})
+        status["conditions"] = out
+        if {k: v for k, v in old_status.items()} != status:
+            annotations = d["metadata"].get("annotations") or {}
+            if cur is not None:
+                annotations = {**annotations, REVISION: cur["metadata"].get("annotations", {}).get(REVISION, "1")}
+            if annotations != (d["metadata"].get("annotations") or {}):
+                d = self.c.update(self._rt["deployments"], ns, d["metadata"]["name"],
+                                  {**d, "metadata": {**d["metadata"], "annotations": annotations}}, manager=MANAGER)
+            self.c.update(self._rt["deployments"], ns, d["metadata"]["name"], {**d, "status": status},
+                          subresource="status", manager=MANAGER)
+
+    def _replicaset(self, ns: str, name: str) -> None:
+        rs = self.c.store.get("apps/replicasets", ns, name)
+        if rs is None or rs["metadata"].get("deletionTimestamp"):
+            return
+        uid = rs["metadata"]["uid"]
+        pods = [p for p in self.c.store.items("/pods", ns) if _owned_by(p, uid) and not p["metadata"].get("deletionTimestamp")]
+        want = int((rs.get("spec") or {}).get("replicas", 1))
+        template = (rs.get("spec") or {}).get("template") or {}
+        pods_rt = self._rt["pods"]
+        for _ in range(want - len(pods)):
+            pods.append(self._create_pod(rs, template, "Running"))
+        for p in sorted(pods, key=lambda p: p["metadata"]["name"])[want:] if len(pods) > want else []:
+            self._delete(pods_rt, p, "Background")
+            pods.remove(p)
+        n = len(pods)
+        status = {"replicas": n, "fullyLabeledReplicas": n, "readyReplicas": n, "availableReplicas": n,
+                  "observedGeneration": rs["metadata"].get("generation", 1)}
+        status = {k: v for k, v in status.items() if v or k in ("replicas", "observedGeneration")}
+        if (rs.get("status") or {}) != status:
+            self.c.update(self._rt["replicasets"], ns, name, {**rs, "status": status}, subresource="status",
+                          manager=MANAGER)
+
+    def _create_pod(self, owner: dict[str, Any], template: dict[str, Any], phase: str) -> dict[str, Any]:
+        """Create a pod, then report its status as the kubelet would (creation resets status)."""
+        pod = self._pod_for(owner, template, phase)
+        created = self.c.create(self._rt["pods"], owner["metadata"]["namespace"], pod, manager=MANAGER)
+        meta = created["metadata"]
+        return self.c.update(self._rt["pods"], meta["namespace"], meta["name"], {**created, "status": pod["status"]},
+                             subresource="status", manager="kubelet")
+
+    def _pod_for(self, owner: dict[str, Any], template: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
+        spec = {**(template.get("spec") or {}), "nodeName": "kubesim-node"}
+        containers = spec.get("containers") or []
+        running = phase == "Running"
+        now = now_rfc3339()
+        state = {"running": {"startedAt": now}} if running else {
+            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": owner["metadata"]["name"] + "-",
+                         "labels": (template.get("metadata") or {}).get("labels", {}),
+                         "annotations": (template.get("metadata") or {}).get("annotations", {}),
+                         "ownerReferences": [_owner_ref(owner)]},
+            "spec": spec,
+            "status": {
+                "phase": phase, "hostIP": "10.0.0.1", "podIP": "10.244.0.10", "startTime": now,
+                "conditions": [{"type": t, "status": "True" if running or t == "PodScheduled" else "False",
+                                "lastTransitionTime": now}
+                               for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+                "containerStatuses": [{"name": c.get("name"), "image": c.get("image"), "ready": running,
+                                       "restartCount": 0, "started": running, "state": state,
+                                       "imageID": "", "containerID": f"kubesim://{c.get('name')}"}
+                                      for c in containers],
+            },
+        }
+
+    def _job(self, ns: str, name: str) -> None:
+        """A Job runs one pod to completion at once: pods here have no processes to wait for."""
+        job = self.c.store.get("batch/jobs", ns, name)
+        if job is None or job["metadata"].get("deletionTimestamp") or (job.get("spec") or {}).get("suspend"):
+            return
+        uid = job["metadata"]["uid"]
+        pods = [p for p in self.c.store.items("/pods", ns) if _owned_by(p, uid)]
+        template = (job.get("spec") or {}).get("template") or {}
+        if not pods:
+            labels = {**(template.get("metadata") or {}).get("labels", {}), "batch.kubernetes.io/job-name": name,
+                      "job-name": name, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
+            template = {**template, "metadata": {**(template.get("metadata") or {}), "labels": labels}}
+            pods = [self._create_pod(job, template, "Succeeded")]
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        if (job.get("status") or {}).get("succeeded") == succeeded:
+            return
+        now = now_rfc3339()
+        status: dict[str, Any] = {"startTime": (job.get("status") or {}).get("startTime", now), "succeeded": succeeded,
+                                  "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}}
+        completions = int((job.get("spec") or {}).get("completions", 1))
+        if succeeded >= completions:
+            status["completionTime"] = now
+            status["conditions"] = [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": now, "lastTransitionTime": now},
+                {"type": "Complete", "status": "True", "lastProbeTime": now, "lastTransitionTime": now},
+            ]
+        self.c.update(self._rt["jobs"], ns, name, {**job, "status": status}, subresource="status", manager=MANAGER)
