@@ -107,10 +107,22 @@ class Controllers:
             self._enqueue("job", ns, name)
         if resource == "/namespaces" and meta.get("deletionTimestamp"):
             self._enqueue("namespace", "", name)
+        if ev.type == DELETED:
+            self._requeue_terminating_owners(meta)
         if ev.type == DELETED or meta.get("deletionTimestamp"):
             uid = meta.get("uid", "")
             if self.c.store.dependents(uid) or {"orphan", "foregroundDeletion"} & set(meta.get("finalizers") or ()):
                 self._enqueue("gc", resource, ns, name, uid)
+
+    def _requeue_terminating_owners(self, meta: dict[str, Any]) -> None:
+        """A dependent is gone: an owner waiting in foreground deletion may now be finished."""
+        for ref in meta.get("ownerReferences") or ():
+            group = ref.get("apiVersion", "").rpartition("/")[0]
+            for rt in self.c.registry.by_kind(group, ref.get("kind", ""))[:1]:
+                ns = meta.get("namespace", "") if rt.namespaced else ""
+                owner = self.c.store.get(rt.storage_key, ns, ref.get("name", ""))
+                if owner is not None and owner["metadata"].get("deletionTimestamp"):
+                    self._enqueue("gc", rt.storage_key, ns, ref["name"], owner["metadata"]["uid"])
 
     async def _run(self) -> None:
         while True:
