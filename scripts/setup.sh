@@ -39,6 +39,28 @@ ensure_kubectl() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
 }
 
+# Debian's kubectl (1.20) speaks only OpenAPI v2: the suite also runs the kubectl checks with it,
+# unpacked under .cache without installing it, so kubesim stays right for old and new clients.
+fetch_debian_kubectl() {
+  local dest="$ROOT/.cache/kubectl-debian"
+  if [ ! -x "$dest/usr/bin/kubectl" ] && command -v apt-get >/dev/null 2>&1; then
+    local tmp; tmp="$(mktemp -d)"
+    if ! (cd "$tmp" && apt-get download -qq kubernetes-client >/dev/null 2>&1); then
+      as_root apt-get update -qq >/dev/null 2>&1 || true
+      (cd "$tmp" && apt-get download -qq kubernetes-client >/dev/null 2>&1) || true
+    fi
+    if ls "$tmp"/kubernetes-client_*.deb >/dev/null 2>&1; then
+      mkdir -p "$dest" && dpkg -x "$tmp"/kubernetes-client_*.deb "$dest"
+    else
+      echo "note: could not fetch Debian's kubectl; its compatibility run is skipped" >&2
+    fi
+    rm -rf "$tmp"
+  fi
+  if [ -x "$dest/usr/bin/kubectl" ]; then
+    export SCALE_AGENT_EXTRA_KUBECTLS="$dest/usr/bin/kubectl"
+  fi
+}
+
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # The integration tests use the local PostgreSQL and MariaDB; start them when they are down.

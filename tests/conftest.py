@@ -45,9 +45,28 @@ def target(request: pytest.FixtureRequest) -> Target:
     return Target("real", Path(path), Path(limited) if limited else None, False)
 
 
+def kubectl_binaries() -> list[str]:
+    """The kubectl on PATH plus any named in SCALE_AGENT_EXTRA_KUBECTLS (scripts/test adds Debian's)."""
+    found = [shutil.which("kubectl") or "kubectl-missing"]
+    for extra in filter(None, os.environ.get("SCALE_AGENT_EXTRA_KUBECTLS", "").split(os.pathsep)):
+        if os.access(extra, os.X_OK) and os.path.realpath(extra) != os.path.realpath(found[0]):
+            found.append(extra)
+    return found
+
+
+def _kubectl_id(path: str) -> str:
+    return "kubectl" if path == shutil.which("kubectl") else f"kubectl@{Path(path).parent.parent.parent.name}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kubectl_bin" in metafunc.fixturenames:
+        binaries = kubectl_binaries()
+        metafunc.parametrize("kubectl_bin", binaries, ids=[_kubectl_id(b) for b in binaries])
+
+
 @pytest.fixture
-def kubectl_bin() -> str:
-    path = shutil.which("kubectl")
-    if not path:
+def kubectl_bin(request: pytest.FixtureRequest) -> str:
+    path = request.param
+    if path == "kubectl-missing":
         pytest.fail("kubectl is not installed: scripts/test installs it (Debian package kubernetes-client)")
     return path

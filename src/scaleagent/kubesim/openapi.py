@@ -273,5 +273,6 @@ class FieldValidator:
         pruned, unknown = prune(obj, schema, schemas)
         if unknown and mode == "Strict":
             text = ", ".join(f'unknown field "{u}"' for u in unknown)
-            raise StatusError(400, f"strict decoding error: {text}")
+            raise StatusError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                                   f"strict decoding error: {text}")
         return pruned, ([] if mode == "Ignore" else [f'unknown field "{u}"' for u in unknown])

@@ -12,7 +12,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import openapi, tables
+from . import openapi, openapi_v2, tables
 from .cluster import PATCH_TYPES, Cluster
 from .errors import StatusError, bad_request, forbidden, status_body
 from .rbac import Attributes, UserInfo
@@ -178,6 +178,10 @@ class APIServer:
                           "compiler": "gc", "platform": "linux/amd64"})
         if segs[:2] == ["openapi", "v3"]:
             return self._openapi_v3(segs[2:])
+        if path == "openapi/v2":
+            protobuf = "protobuf" in request.headers.get("Accept", "")
+            return web.Response(body=openapi_v2.render(c.version, protobuf),
+                                content_type="application/octet-stream" if protobuf else JSON)
         if path in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
         if path == "":
