@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from .simulator import Simulator
 
@@ -31,32 +32,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _number(kind: type, low: float, high: float | None = None, *, exclusive_low: bool = False) -> Any:
+    """An argparse type for a number in a range, with an error that says which range."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None
+        if value < low or (exclusive_low and value == low) or (high is not None and value > high):
+            bound = f"more than {low:g}" if exclusive_low else f"at least {low:g}"
+            raise argparse.ArgumentTypeError(f"must be {bound}{f' and at most {high:g}' if high is not None else ''}"
+                                             f", got {value:g}")
+        return value
+
+    return parse
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port number: {value}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+_positive = _number(int, 1)
+_port = _number(int, 0, 65535)
+_non_negative = _number(float, 0)
+_positive_float = _number(float, 0, exclusive_low=True)
 
 
 def run(args: argparse.Namespace) -> int:
