@@ -7,6 +7,7 @@ import logging
 import sys
 
 from . import __version__
+from .agent import command as agent_command
 from .kubesim import command as kubesim_command
 
 
@@ -15,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scale-agent {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    agent_command.add_parser(sub)
     kubesim_command.add_parser(sub)
     return parser
 

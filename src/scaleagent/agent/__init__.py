@@ -1,0 +1,1 @@
+"""The agent process: watches accounts and streams their changes."""

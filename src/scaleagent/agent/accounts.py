@@ -1,0 +1,304 @@
+"""One account's lifecycle: connect, discover, follow every readable kind, report its state.
+
+States (as `GET /health` shows them): `connecting` (resolving credentials, reaching the API
+server), `syncing` (initial lists running), `watching` (every followed kind has delivered its
+snapshot), `error` (with the reason; the account retries with backoff, others are unaffected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..kube.client import KubeClient, KubeError
+from ..kube.credentials import CredentialsError, load_credentials
+from ..kube.discovery import KindInfo, discover, readable, select_kinds
+from ..kube.events import ObjectEvent
+from ..kube.reflector import Backoff, Forbidden, Reflector
+from .budget import Budget
+from .scrub import is_secret, transform_for
+from .sinks import Sink
+
+log = logging.getLogger("scaleagent.agent.accounts")
+
+CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = "connecting", "syncing", "watching", "error", "stopped"
+
+
+@dataclass
+class EngineSettings:
+    page_size: int = 500
+    discovery_interval: float = 60.0
+    watch_timeout: tuple[int, int] = (300, 600)
+
+
+@dataclass
+class Watch:
+    """One followed (kind, namespace): its reflector and task."""
+
+    kind: KindInfo
+    namespace: str | None
+    reflector: Reflector
+    task: asyncio.Task[None]
+    state: str = "listing"
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.kind.qualified + (f" in {self.namespace}" if self.namespace else "")
+
+
+@dataclass
+class AccountRunner:
+    config: Any  # AccountConfig
+    settings: EngineSettings
+    sink: Sink
+    budget: Budget
+    state: str = CONNECTING
+    reason: str = ""
+    host: str = ""
+    fingerprint: str = ""
+    version: str = ""
+    since: float = field(default_factory=time.time)
+    events: int = 0
+    watches: dict[tuple[KindInfo, str | None], Watch] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
+    discovery_failures: dict[str, str] = field(default_factory=dict)
+    _client: KubeClient | None = None
+    _discovery_error: str = ""
+    _task: asyncio.Task[None] | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name=f"account {self.name}")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._stop_watches(list(self.watches))
+        await self._close_client()
+        self.budget.forget(self.name)
+        self._set(STOPPED, "")
+
+    async def _reset_connection(self) -> None:
+        await self._stop_watches(list(self.watches))
+        await self._close_client()
+        self._discovery_error = ""
+
+    def rediscover(self) -> None:
+        """Run discovery now rather than at the next interval."""
+        self._wake.set()
+
+    def _set(self, state: str, reason: str) -> None:
+        if (state, reason) != (self.state, self.reason):
+            if state == ERROR:
+                log.warning("account %s: %s", self.name, reason)
+            else:
+                log.info("account %s: %s%s", self.name, state, f" ({reason})" if reason else "")
+            self.state, self.reason, self.since = state, reason, time.time()
+
+    async def run(self) -> None:
+        backoff = Backoff(initial=1.0, maximum=60.0)
+        while True:
+            try:
+                await self._connect()
+                backoff.reset()
+                await self._follow()
+            except (CredentialsError, KubeError) as e:
+                await self._reset_connection()
+                self._set(ERROR, str(e))
+            await asyncio.sleep(backoff.next())
+
+    async def _connect(self) -> None:
+        self._set(CONNECTING, "")
+        cfg = self.config
+        creds = await load_credentials(kubeconfig=cfg.kubeconfig_file, context=cfg.context,
+                                       in_cluster=cfg.service_account)
+        self._client = KubeClient(creds)
+        version = await self._client.get("/version")
+        self.version = str((version or {}).get("gitVersion", ""))
+        self.fingerprint = await self._client.server_certificate_fingerprint() or ""
+        self.host = creds.host
+
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _follow(self) -> None:
+        """Discover periodically and keep one reflector per readable (kind, namespace)."""
+        backoff = Backoff(initial=1.0, maximum=60.0)
+        while True:
+            try:
+                await self._reconcile()
+                self._discovery_error = ""
+                backoff.reset()
+                wait = self.settings.discovery_interval
+            except KubeError as e:
+                # Reflectors keep resuming on their own; only discovery is retried here.
+                self._discovery_error = f"discovery failed: {e}"
+                wait = backoff.next()
+            self._update_state()
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    def _wanted(self, kinds: list[KindInfo]) -> list[tuple[KindInfo, str | None]]:
+        cfg = self.config
+        include = list(cfg.kinds) + list(cfg.custom_resource_definitions) if cfg.kinds else []
+        selected, self.unmatched = select_kinds(kinds, include, cfg.omit_kinds, cfg.only_namespaced_resources)
+        out: list[tuple[KindInfo, str | None]] = []
+        for k in selected:
+            if k.namespaced and cfg.namespaces:
+                out += [(k, ns) for ns in cfg.namespaces]
+            else:
+                out.append((k, None))
+        return out
+
+    async def _reconcile(self) -> None:
+        assert self._client is not None
+        found = await discover(self._client)
+        self.discovery_failures = found.failed
+        wanted = self._wanted(found.kinds)
+        for key in [k for k in self.watches if k not in wanted]:
+            await self._stop_watches([key])
+        checks = [key for key in wanted if key not in self.watches]
+        limit = asyncio.Semaphore(8)
+
+        async def check(key: tuple[KindInfo, str | None]) -> tuple[tuple[KindInfo, str | None], bool, str]:
+            async with limit:
+                ok, why = await readable(self._client, key[0], key[1])
+            return key, ok, why
+
+        for key, ok, why in await asyncio.gather(*(check(k) for k in checks)):
+            label = key[0].qualified + (f" in {key[1]}" if key[1] else "")
+            if ok:
+                self.skipped.pop(label, None)
+                self._start_watch(*key)
+            else:
+                self.skipped[label] = why
+
+    def _start_watch(self, kind: KindInfo, namespace: str | None) -> None:
+        assert self._client is not None
+        field_selector = ""
+        if kind.namespaced and namespace is None and self.config.omit_namespaces:
+            field_selector = ",".join(f"metadata.namespace!={ns}" for ns in self.config.omit_namespaces)
+        key = (kind, namespace)
+        reflector = Reflector(
+            self._client, kind, self._deliver, account=self.name, namespace=namespace,
+            budget=self.budget.for_account(self.name), page_size=self.settings.page_size,
+            field_selector=field_selector, metadata_only=is_secret(kind), transform=transform_for(kind),
+            on_state=lambda state, reason: self._on_watch_state(key, state, reason),
+            watch_timeout=self.settings.watch_timeout,
+        )
+        task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector), name=f"{self.name} {kind.qualified}")
+        self.watches[key] = Watch(kind, namespace, reflector, task)
+
+    async def _run_watch(self, key: tuple[KindInfo, str | None], reflector: Reflector) -> None:
+        try:
+            await reflector.run()
+        except Forbidden as e:
+            # Rights can change: the kind is checked again at the next discovery, not retried in a loop.
+            watch = self.watches.pop(key, None)
+            if watch is not None:
+                self.skipped[watch.label] = f"forbidden: {e}"
+            self._update_state()
+        except Exception as e:  # a bug must not take the account down; report it and retry at rediscovery
+            log.exception("account %s: watch of %s failed", self.name, key[0].qualified)
+            watch = self.watches.pop(key, None)
+            if watch is not None:
+                self.skipped[watch.label] = f"failed: {type(e).__name__}: {e}"
+            self._update_state()
+
+    def _on_watch_state(self, key: tuple[KindInfo, str | None], state: str, reason: str) -> None:
+        watch = self.watches.get(key)
+        if watch is not None:
+            watch.state, watch.reason = state, reason
+            self._update_state()
+
+    def _update_state(self) -> None:
+        """Derived from the parts: connection problems are set by run() before a client exists."""
+        if self._client is None:
+            return
+        if self._discovery_error:
+            self._set(ERROR, self._discovery_error)
+        elif all(w.reflector.synced.is_set() for w in self.watches.values()):
+            self._set(WATCHING, "")
+        else:
+            self._set(SYNCING, "")
+
+    async def _deliver(self, events: list[ObjectEvent]) -> None:
+        self.events += len(events)
+        await self.sink.send(events)
+
+    async def _stop_watches(self, keys: list[tuple[KindInfo, str | None]]) -> None:
+        tasks = []
+        for key in keys:
+            watch = self.watches.pop(key, None)
+            if watch is not None:
+                watch.task.cancel()
+                tasks.append(watch.task)
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    def health(self) -> dict[str, Any]:
+        states: dict[str, int] = {}
+        for w in self.watches.values():
+            states[w.state] = states.get(w.state, 0) + 1
+        doc: dict[str, Any] = {
+            "name": self.name, "state": self.state, "since": self.since, "host": self.host,
+            "certificateFingerprint": self.fingerprint, "serverVersion": self.version, "events": self.events,
+            "kinds": sorted({w.kind.qualified for w in self.watches.values()}), "watches": states,
+            "skipped": dict(sorted(self.skipped.items())),
+        }
+        if self.reason:
+            doc["reason"] = self.reason
+        if self.unmatched:
+            doc["unmatchedKinds"] = self.unmatched
+        if self.discovery_failures:
+            doc["discoveryFailures"] = self.discovery_failures
+        backing_off = {w.label: w.reason for w in self.watches.values() if w.state == "backoff"}
+        if backing_off:
+            doc["retrying"] = backing_off
+        return doc
+
+
+class AccountManager:
+    """The accounts an agent follows; accounts can be added and removed while it runs."""
+
+    def __init__(self, settings: EngineSettings, sink: Sink, budget: Budget) -> None:
+        self.settings, self.sink, self.budget = settings, sink, budget
+        self.runners: dict[str, AccountRunner] = {}
+
+    def add(self, config: Any) -> AccountRunner:
+        if config.name in self.runners:
+            raise ValueError(f"account {config.name!r} is already followed")
+        runner = AccountRunner(config, self.settings, self.sink, self.budget)
+        self.runners[config.name] = runner
+        runner.start()
+        return runner
+
+    async def remove(self, name: str) -> None:
+        runner = self.runners.pop(name, None)
+        if runner is not None:
+            await runner.stop()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(r.stop() for r in self.runners.values()))
+        self.runners.clear()
+
+    def health(self) -> dict[str, Any]:
+        accounts = [r.health() for r in self.runners.values()]
+        return {"status": "ok" if all(a["state"] == WATCHING for a in accounts) else "degraded",
+                "accounts": accounts}

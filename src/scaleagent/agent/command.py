@@ -1,0 +1,57 @@
+"""`scale-agent agent`: follow the configured accounts until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+log = logging.getLogger("scaleagent.agent")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent", help="watch Kubernetes accounts and stream their changes",
+                       description="Follow every kind of every configured account (an armory-agent.yml file).")
+    p.add_argument("--config", type=Path, required=True, metavar="FILE", help="agent configuration (YAML)")
+    p.add_argument("--print-events", action="store_true",
+                   help="write one JSON line per event to stdout (for debugging; jq-friendly)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(f"scale-agent agent: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(config, args.print_events))
+
+
+async def _serve(config, print_events: bool) -> int:  # noqa: ANN001
+    from .service import Agent
+    from .sinks import CountingSink, PrintSink
+
+    sink = PrintSink() if print_events else CountingSink()
+    if not print_events:
+        log.info("no hub link yet: events are counted (see /metrics); use --print-events to see them")
+    agent = Agent(config, sink)
+    try:
+        await agent.start()
+    except OSError as e:
+        print(f"scale-agent agent: cannot listen on {config.server.host}:{config.server.port}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        await agent.stop()
+        return 1
+    print(f"scale-agent agent: health on {agent.health_url}/health", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await agent.stop()
+    return 0

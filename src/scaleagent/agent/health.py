@@ -1,0 +1,69 @@
+"""The agent's only listening port: `/health`, `/ready` and `/metrics`, on loopback by default."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .accounts import WATCHING, AccountManager
+from .budget import Budget
+
+STATES = ("connecting", "syncing", "watching", "error")
+
+
+class _Collector:
+    """Reads the engine's counters at scrape time: nothing is paid per event on the hot path."""
+
+    def __init__(self, manager: AccountManager, budget: Budget) -> None:
+        self.manager, self.budget = manager, budget
+
+    def collect(self) -> Iterator[Any]:
+        state = GaugeMetricFamily("scale_agent_account_state", "1 for the state each account is in",
+                                  labels=["account", "state"])
+        events = CounterMetricFamily("scale_agent_events", "Events handed to the sink", labels=["account"])
+        watches = GaugeMetricFamily("scale_agent_watches", "Followed (kind, namespace) pairs by state",
+                                    labels=["account", "state"])
+        relists = CounterMetricFamily("scale_agent_relists", "Relists after 410 Gone", labels=["account"])
+        skipped = GaugeMetricFamily("scale_agent_skipped_kinds", "Kinds not followed (forbidden)", labels=["account"])
+        for r in self.manager.runners.values():
+            for s in STATES:
+                state.add_metric([r.name, s], 1.0 if r.state == s else 0.0)
+            events.add_metric([r.name], r.events)
+            counts: dict[str, int] = {}
+            for w in r.watches.values():
+                counts[w.state] = counts.get(w.state, 0) + 1
+            for s, n in counts.items():
+                watches.add_metric([r.name, s], n)
+            relists.add_metric([r.name], sum(w.reflector.relists for w in r.watches.values()))
+            skipped.add_metric([r.name], len(r.skipped))
+        yield from (state, events, watches, relists, skipped)
+        yield GaugeMetricFamily("scale_agent_lists_running", "Initial LISTs running now", value=self.budget.running)
+        yield GaugeMetricFamily("scale_agent_lists_peak", "Most LISTs that ran at once", value=self.budget.peak)
+
+
+def health_app(manager: AccountManager, budget: Budget) -> web.Application:
+    registry = CollectorRegistry()
+    registry.register(_Collector(manager, budget))
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(manager.health(), option=orjson.OPT_INDENT_2),
+                            content_type="application/json")
+
+    async def ready(_: web.Request) -> web.Response:
+        not_ready = [r.name for r in manager.runners.values() if r.state != WATCHING]
+        if not_ready:
+            return web.json_response({"ready": False, "waitingFor": not_ready}, status=503)
+        return web.json_response({"ready": True})
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
+    app.router.add_get("/metrics", metrics)
+    return app

@@ -1,0 +1,49 @@
+"""Where the watch engine hands its events: the hub link later, stdout or a counter now."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import BinaryIO, Protocol
+
+import orjson
+
+from ..kube.events import ObjectEvent
+
+
+class Sink(Protocol):
+    async def send(self, events: list[ObjectEvent]) -> None:
+        """Take a batch. Awaiting it is the backpressure: a slow consumer slows the watches."""
+
+
+def event_json(e: ObjectEvent) -> bytes:
+    doc = {"account": e.account, "type": e.type, "group": e.group, "version": e.version, "kind": e.kind,
+           "namespace": e.namespace, "name": e.name, "uid": e.uid, "resourceVersion": e.resource_version}
+    if e.object is not None:
+        doc["object"] = orjson.Fragment(e.object)  # the object's own bytes, not re-encoded
+    return orjson.dumps(doc)
+
+
+class PrintSink:
+    """One JSON line per event on stdout (`--print-events`): for debugging and for piping into jq."""
+
+    def __init__(self, out: BinaryIO | None = None) -> None:
+        self.out = out or sys.stdout.buffer
+
+    async def send(self, events: list[ObjectEvent]) -> None:
+        self.out.write(b"".join(event_json(e) + b"\n" for e in events))
+        self.out.flush()
+
+
+class CountingSink:
+    """Counts and drops: what the agent does with no hub to send to, and what benchmarks measure."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.bytes = 0
+
+    async def send(self, events: list[ObjectEvent]) -> None:
+        for e in events:
+            self.counts[e.type] += 1
+            if e.object is not None:
+                self.bytes += len(e.object)

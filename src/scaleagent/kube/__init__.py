@@ -1,0 +1,1 @@
+"""Kubernetes API access shared by the agent and the hub: credentials, raw JSON requests, discovery, list+watch."""

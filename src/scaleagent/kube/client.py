@@ -1,0 +1,164 @@
+"""Raw JSON requests to a Kubernetes API server over aiohttp.
+
+Objects stay bytes or plain dicts (orjson), never generated model classes: the agent forwards
+bodies it does not need to understand, and the hot path must be cheap. Every failure becomes
+either `APIError` (the server answered with a Status) or `ConnectionFailed` (it could not be
+reached), each with a message a platform engineer can act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import ssl
+from typing import Any, AsyncIterator, Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from .credentials import Credentials, CredentialsError
+
+JSON = "application/json"
+USER_AGENT = "scale-agent/0.1"
+
+
+class KubeError(Exception):
+    """Base for everything that can go wrong talking to a cluster."""
+
+
+class ConnectionFailed(KubeError):
+    pass
+
+
+class APIError(KubeError):
+    def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+    @classmethod
+    def from_response(cls, status: int, raw: bytes) -> "APIError":
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None
+        if isinstance(body, dict) and body.get("kind") == "Status":
+            return cls(int(body.get("code") or status), str(body.get("reason") or ""), str(body.get("message") or ""), body)
+        text = raw[:200].decode(errors="replace").strip()
+        return cls(status, {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(status, "Error"), text, body)
+
+
+def describe_connection_error(server: str, e: BaseException) -> str:
+    """Turn aiohttp/ssl exceptions into one sentence naming the server and the cause."""
+    if isinstance(e, aiohttp.ClientConnectorCertificateError):
+        return f"cannot verify the TLS certificate of {server}: {e.certificate_error}"
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"cannot verify the TLS certificate of {server}: {e.verify_message}"
+    if isinstance(e, aiohttp.ClientSSLError):
+        return f"TLS handshake with {server} failed: {e}"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"cannot connect to {server}: {e.os_error.strerror or e.os_error}"
+    if isinstance(e, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return f"{server} did not answer in time"
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return f"the connection to {server} broke during a response: {e}"
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return f"{server} closed the connection"
+    return f"request to {server} failed: {type(e).__name__}: {e}"
+
+
+class KubeClient:
+    """One cluster's API, one pooled HTTP session; safe to share between tasks."""
+
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0, limit: int = 0) -> None:
+        self.credentials = credentials
+        self.server = credentials.server
+        self._timeout = timeout
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=credentials.ssl_context, limit=limit, enable_cleanup_closed=True),
+            headers={"User-Agent": USER_AGENT},
+            auto_decompress=True,
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def _headers(self, accept: str | None, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": accept or JSON}
+        if content_type:
+            headers["Content-Type"] = content_type
+        auth = await self.credentials.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: bytes | None = None,
+        accept: str | None = None, content_type: str | None = None, timeout: float | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """A response whose body the caller reads; non-2xx statuses raise APIError first.
+
+        A 401 makes the credentials refresh (rotated token, exec plugin) and is retried once.
+        """
+        for attempt in (1, 2):
+            try:
+                headers = await self._headers(accept, content_type)
+            except CredentialsError as e:
+                raise ConnectionFailed(str(e)) from None
+            client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timeout)
+            try:
+                async with self._session.request(
+                    method, self.server + path, params=params, data=body, headers=headers, timeout=client_timeout,
+                    server_hostname=self.credentials.server_hostname,
+                ) as resp:
+                    if resp.status == 401 and attempt == 1:
+                        self.credentials.invalidate()
+                        continue
+                    if resp.status >= 400:
+                        raise APIError.from_response(resp.status, await resp.read())
+                    yield resp
+                    return
+            except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as e:
+                raise ConnectionFailed(describe_connection_error(self.server, e)) from e
+
+    async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None,
+                      accept: str | None = None, content_type: str | None = None) -> Any:
+        """One JSON request, answered with the decoded JSON body."""
+        data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
+        async with self.stream(method, path, params=params, body=data, accept=accept,
+                               content_type=content_type or (JSON if data is not None else None),
+                               timeout=self._timeout) as resp:
+            raw = await resp.read()
+        try:
+            return orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            raise APIError(resp.status, "BadResponse", f"{self.server}{path} answered with invalid JSON") from None
+
+    async def get(self, path: str, **kw: Any) -> Any:
+        return await self.request("GET", path, **kw)
+
+    async def server_certificate_fingerprint(self) -> str | None:
+        """SHA-256 of the server's certificate (uppercase, colon-separated, as openssl prints it)."""
+        parts = urlsplit(self.server)
+        if parts.scheme != "https":
+            return None
+        port = parts.port or 443
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                parts.hostname, port, ssl=self.credentials.ssl_context,
+                server_hostname=self.credentials.server_hostname or parts.hostname), self._timeout)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
+            raise ConnectionFailed(describe_connection_error(self.server, e)) from None
+        try:
+            der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        digest = hashlib.sha256(der).hexdigest().upper()
+        return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))

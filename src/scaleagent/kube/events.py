@@ -1,0 +1,29 @@
+"""The change records the watch engine produces: one per object change, plus snapshot markers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+SNAPSHOT_BEGIN, SNAPSHOT_END = "SNAPSHOT_BEGIN", "SNAPSHOT_END"
+
+
+@dataclass(slots=True)
+class ObjectEvent:
+    """A change to one object, or a snapshot boundary for (account, kind, namespace scope).
+
+    Between SNAPSHOT_BEGIN and SNAPSHOT_END come ADDED events for every object that exists; a
+    consumer keeping a cache drops whatever it held in that scope and did not see again.
+    `object` is the object's JSON, untouched unless it had to be scrubbed.
+    """
+
+    account: str
+    group: str
+    version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    type: str
+    object: bytes | None = None

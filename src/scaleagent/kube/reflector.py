@@ -1,0 +1,232 @@
+"""List and watch one kind, the way client-go's reflector does.
+
+LIST in pages (inside a budget that bounds how many lists, and so pages, are in memory at once),
+then WATCH from the list's resourceVersion with bookmarks. A stream that ends or breaks resumes
+from the last version seen, without a new snapshot; `410 Gone` (the version was compacted away)
+means relist and a fresh snapshot. Other failures back off with jitter. Nothing is kept after it
+has been handed to the handler: memory does not grow with the objects watched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Any, AsyncContextManager, Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from .client import APIError, ConnectionFailed, KubeClient
+from .discovery import KindInfo
+from .events import ADDED, DELETED, MODIFIED, SNAPSHOT_BEGIN, SNAPSHOT_END, ObjectEvent
+
+log = logging.getLogger("scaleagent.kube.reflector")
+
+Handler = Callable[[list[ObjectEvent]], Awaitable[None]]
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+StateCallback = Callable[[str, str], None]
+
+META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+META_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+CHANGES = {ADDED, MODIFIED, DELETED}
+
+
+class Gone(Exception):
+    """The resourceVersion we hold is too old: relist."""
+
+
+class Forbidden(Exception):
+    """This identity may not list or watch the kind: stop and report."""
+
+
+class Backoff:
+    """Exponential backoff with full jitter (client-go: 800ms doubling to 30s)."""
+
+    def __init__(self, initial: float = 0.8, maximum: float = 30.0) -> None:
+        self.initial, self.maximum = initial, maximum
+        self.attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.maximum, self.initial * (2 ** self.attempt))
+        self.attempt += 1
+        return random.uniform(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _object_event(account: str, kind: KindInfo, type_: str, obj: dict[str, Any], raw: bytes) -> ObjectEvent:
+    meta = obj.get("metadata") or {}
+    return ObjectEvent(account, kind.group, kind.version, kind.kind, meta.get("namespace", ""), meta.get("name", ""),
+                       meta.get("uid", ""), meta.get("resourceVersion", ""), type_, raw)
+
+
+class Reflector:
+    def __init__(
+        self, client: KubeClient, kind: KindInfo, handler: Handler, *, account: str, namespace: str | None = None,
+        budget: Callable[[], AsyncContextManager[Any]] | None = None, page_size: int = 500,
+        field_selector: str = "", metadata_only: bool = False, transform: Transform | None = None,
+        on_state: StateCallback | None = None, watch_timeout: tuple[int, int] = (300, 600),
+    ) -> None:
+        self.client, self.kind, self.handler = client, kind, handler
+        self.account, self.namespace = account, namespace
+        self.budget = budget or (lambda: contextlib.nullcontext())
+        self.page_size, self.field_selector = page_size, field_selector
+        self.metadata_only, self.transform = metadata_only, transform
+        self.on_state = on_state or (lambda state, reason: None)
+        self.watch_timeout = watch_timeout
+        self.resource_version: str | None = None
+        self.synced = asyncio.Event()
+        self.relists = 0
+        self.resumes = 0
+
+    @property
+    def scope(self) -> str:
+        return self.namespace or ""
+
+    async def run(self) -> None:
+        """List and watch until cancelled; raises Forbidden when the identity may not read the kind."""
+        backoff = Backoff()
+        while True:
+            try:
+                if self.resource_version is None:
+                    self.on_state("listing", "")
+                    async with self.budget():
+                        self.resource_version = await self._list()
+                    self.synced.set()
+                    backoff.reset()
+                self.on_state("watching", "")
+                await self._watch()
+                backoff.reset()
+            except Gone:
+                self.relists += 1
+                self.resource_version = None
+            except APIError as e:
+                if e.status == 403:
+                    self.on_state("forbidden", e.message)
+                    raise Forbidden(e.message) from None
+                if e.status == 410:
+                    self.relists += 1
+                    self.resource_version = None
+                    continue
+                await self._pause(backoff, str(e))
+            except ConnectionFailed as e:
+                await self._pause(backoff, str(e))
+
+    async def _pause(self, backoff: Backoff, reason: str) -> None:
+        delay = backoff.next()
+        self.on_state("backoff", reason)
+        log.info("%s %s: %s; retrying in %.1fs", self.account, self.kind.qualified, reason, delay)
+        await asyncio.sleep(delay)
+
+    def _params(self) -> dict[str, str]:
+        params = {}
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+    def _marker(self, type_: str, rv: str = "") -> ObjectEvent:
+        k = self.kind
+        return ObjectEvent(self.account, k.group, k.version, k.kind, self.scope, "", "", rv, type_, None)
+
+    def _encode(self, type_: str, obj: dict[str, Any], raw: bytes | None) -> ObjectEvent:
+        if self.metadata_only:
+            obj = {"apiVersion": self.kind.api_version, "kind": self.kind.kind, "metadata": obj.get("metadata") or {}}
+            raw = None
+        if self.transform is not None:
+            obj = self.transform(obj)
+            raw = None
+        return _object_event(self.account, self.kind, type_, obj, raw if raw is not None else orjson.dumps(obj))
+
+    async def _list(self) -> str:
+        """One consistent snapshot, page by page; returns the list's resourceVersion."""
+        await self.handler([self._marker(SNAPSHOT_BEGIN)])
+        token = ""
+        while True:
+            params = {**self._params(), "limit": str(self.page_size)}
+            if token:
+                params["continue"] = token
+            try:
+                page = await self.client.get(self.kind.path(self.namespace), params=params,
+                                             accept=META_LIST if self.metadata_only else None)
+            except APIError as e:
+                if e.status == 410 and token:  # the snapshot expired between pages: start over
+                    await self.handler([self._marker(SNAPSHOT_BEGIN)])
+                    token = ""
+                    continue
+                raise
+            items = page.get("items") or []
+            await self.handler([self._encode(ADDED, item, None) for item in items])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                rv = str(meta.get("resourceVersion") or "")
+                await self.handler([self._marker(SNAPSHOT_END, rv)])
+                return rv
+            del page, items
+
+    async def _watch(self) -> None:
+        params = {**self._params(), "watch": "1", "allowWatchBookmarks": "true",
+                  "resourceVersion": self.resource_version or "",
+                  "timeoutSeconds": str(random.randint(*self.watch_timeout))}
+        async with self.client.stream("GET", self.kind.path(self.namespace), params=params,
+                                      accept=META_ONE if self.metadata_only else None) as resp:
+            pending = b""
+            chunks = resp.content.iter_any().__aiter__()
+            while True:
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                    # The stream broke: resume from the last version seen, no snapshot needed.
+                    self.resumes += 1
+                    raise ConnectionFailed(f"watch of {self.kind.qualified} broke: {type(e).__name__}: {e}") from None
+                pending += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, pending = pending.split(b"\n")
+                events, error = self._decode(lines)
+                if events:
+                    await self.handler(events)
+                if error is not None:
+                    raise error
+        self.resumes += 1  # the server ended the watch (its timeout): resume
+
+    def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None]:
+        """Events of complete lines, and the error that ends the stream if one came."""
+        out: list[ObjectEvent] = []
+        for line in lines:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                msg = orjson.loads(line)
+                type_, obj = msg["type"], msg["object"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                log.warning("%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified,
+                            len(line))
+                continue
+            if type_ in CHANGES and isinstance(obj, dict):
+                prefix = b'{"type":"' + type_.encode() + b'","object":'
+                raw = line[len(prefix):-1] if line.startswith(prefix) and line.endswith(b"}") else None
+                event = self._encode(type_, obj, raw)
+                self.resource_version = event.resource_version or self.resource_version
+                out.append(event)
+            elif type_ == "BOOKMARK" and isinstance(obj, dict):
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if rv:
+                    self.resource_version = rv
+            elif type_ == "ERROR":
+                return out, self._watch_error(obj if isinstance(obj, dict) else {})
+        return out, None
+
+    @staticmethod
+    def _watch_error(status: dict[str, Any]) -> Exception:
+        code = int(status.get("code") or 500)
+        causes = (status.get("details") or {}).get("causes") or []
+        if code == 410 or (code == 504 and any(c.get("reason") == "ResourceVersionTooLarge" for c in causes)):
+            return Gone()
+        return APIError(code, str(status.get("reason", "")), str(status.get("message", "")), status)
