@@ -116,6 +116,12 @@ def test_server_side_apply_and_scale(target, kubectl_bin, ns, tmp_path):
     assert dep["spec"]["replicas"] == 1
 
 
+def test_server_dry_run_delete_keeps_the_object(target, kubectl_bin, ns):
+    kubectl(kubectl_bin, target.kubeconfig, "create", "configmap", "kept", "-n", ns, "--from-literal=a=1")
+    kubectl(kubectl_bin, target.kubeconfig, "delete", "configmap", "kept", "-n", ns, "--dry-run=server")
+    kubectl(kubectl_bin, target.kubeconfig, "get", "configmap", "kept", "-n", ns)
+
+
 def test_get_watch_prints_changes(target, kubectl_bin, ns):
     proc = subprocess.Popen([kubectl_bin, "--kubeconfig", str(target.kubeconfig), "get", "configmaps", "-n", ns,
                              "-w", "--output-watch-events"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -69,6 +69,14 @@ def test_create_get_patch_delete_a_configmap(core, namespace):
     assert json.loads(gone.value.body)["reason"] == "NotFound"
 
 
+def test_deleting_a_pod_returns_the_pod(core, namespace):
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="short"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")])))
+    deleted = core.delete_namespaced_pod("short", namespace)
+    assert deleted.kind == "Pod" and deleted.metadata.name == "short"
+
+
 def test_update_with_a_stale_resource_version_conflicts(core, namespace):
     first = core.create_namespaced_config_map(namespace, _cm("cas", v="1"))
     core.patch_namespaced_config_map("cas", namespace, {"data": {"v": "2"}})

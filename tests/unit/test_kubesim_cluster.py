@@ -77,11 +77,22 @@ def test_finalizers_hold_a_deleted_object_until_removed(c):
     rt = cm_type(c)
     c.create(rt, "default", {"metadata": {"name": "held", "finalizers": ["example.com/wait"]}})
     code, obj = c.delete(rt, "default", "held")
-    assert code == 202 and obj["metadata"]["deletionTimestamp"]
+    assert code == 200 and obj["metadata"]["deletionTimestamp"]  # the held object, not a Status
     assert c.get(rt, "default", "held")["metadata"]["deletionTimestamp"]
     c.patch(rt, "default", "held", "merge", {"metadata": {"finalizers": None}})
     with pytest.raises(StatusError):
         c.get(rt, "default", "held")
+
+
+def test_a_terminating_namespace_stays_until_both_finalizer_lists_are_empty(c):
+    ns_rt = c.rt("", "v1", "namespaces")
+    c.create(ns_rt, "", {"metadata": {"name": "going"}})
+    c.delete(ns_rt, "", "going")
+    c.patch(ns_rt, "", "going", "merge", {"metadata": {"labels": {"seen": "yes"}}})
+    assert c.get(ns_rt, "", "going")["metadata"]["labels"]["seen"] == "yes"  # spec.finalizers still hold it
+    c.update(ns_rt, "", "going", {**c.get(ns_rt, "", "going"), "spec": {"finalizers": []}}, subresource="finalize")
+    with pytest.raises(StatusError):
+        c.get(ns_rt, "", "going")
 
 
 def test_delete_preconditions(c):
@@ -92,6 +103,20 @@ def test_delete_preconditions(c):
     assert err.value.code == 409
     code, status = c.delete(rt, "default", "p", preconditions={"uid": obj["metadata"]["uid"]})
     assert code == 200 and status["status"] == "Success"
+
+
+def test_deletes_answer_like_the_generic_store(c):
+    """Pods (and Services, Namespaces...) come back deleted; other kinds get a Status; orphanDependents=false is 202."""
+    pods = c.rt("", "v1", "pods")
+    c.create(pods, "default", {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    code, pod = c.delete(pods, "default", "p")
+    assert code == 200 and (pod["kind"], pod["metadata"]["name"]) == ("Pod", "p")
+    c.create(cm_type(c), "default", {"metadata": {"name": "x", "finalizers": ["example.com/wait"]}})
+    code, held = c.delete(cm_type(c), "default", "x", orphan_dependents=False)
+    assert code == 202 and held["kind"] == "ConfigMap"
+    with pytest.raises(StatusError) as err:
+        c.delete(cm_type(c), "default", "x", orphan_dependents=True, propagation="Orphan")
+    assert err.value.code == 422
 
 
 def test_strict_field_validation_names_unknown_fields(c):
@@ -180,10 +205,114 @@ async def test_deleting_a_namespace_removes_its_content_then_itself():
         c.create(ns_rt, "", {"metadata": {"name": "doomed"}})
         c.create(cm_type(c), "doomed", {"metadata": {"name": "x"}})
         code, ns = c.delete(ns_rt, "", "doomed")
-        assert code == 202 and ns["status"]["phase"] == "Terminating"
+        assert code == 200 and ns["status"]["phase"] == "Terminating"
         with pytest.raises(StatusError) as err:
             c.create(cm_type(c), "doomed", {"metadata": {"name": "y"}})
         assert err.value.code == 403
         await settle(ctrl)
         assert c.store.get("/namespaces", "", "doomed") is None
         assert not list(c.store.items("/configmaps", "doomed"))
+
+
+async def test_a_terminating_namespace_goes_when_its_last_held_object_does():
+    async with live() as (c, ctrl):
+        ns_rt = c.rt("", "v1", "namespaces")
+        c.create(ns_rt, "", {"metadata": {"name": "doomed"}})
+        c.create(cm_type(c), "doomed", {"metadata": {"name": "held", "finalizers": ["example.com/wait"]}})
+        c.delete(ns_rt, "", "doomed")
+        await settle(ctrl)
+        assert c.store.get("/namespaces", "", "doomed") is not None  # the ConfigMap's finalizer holds it
+        c.patch(cm_type(c), "doomed", "held", "merge", {"metadata": {"finalizers": None}})
+        await settle(ctrl)
+        assert c.store.get("/namespaces", "", "doomed") is None
+
+
+async def test_a_dependent_goes_only_when_all_its_owners_have():
+    async with live() as (c, ctrl):
+        rt = cm_type(c)
+        owners = [c.create(rt, "default", {"metadata": {"name": n}}) for n in ("owner-a", "owner-b")]
+        refs = [{"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}
+                for o in owners]
+        c.create(rt, "default", {"metadata": {"name": "shared", "ownerReferences": refs}})
+        c.delete(rt, "default", "owner-a")
+        await settle(ctrl)
+        assert c.get(rt, "default", "shared")["metadata"]["ownerReferences"] == refs[1:]
+        c.delete(rt, "default", "owner-b")
+        await settle(ctrl)
+        with pytest.raises(StatusError):
+            c.get(rt, "default", "shared")
+
+
+def test_field_types_are_checked_as_the_apiservers_decoder_does(c):
+    with pytest.raises(StatusError) as err:
+        c.create(cm_type(c), "default", {"metadata": {"name": "typed"}, "data": {"a": 5}}, field_validation="")
+    assert err.value.code == 400 and err.value.message == (
+        'ConfigMap in version "v1" cannot be handled as a ConfigMap: '
+        "json: cannot unmarshal number into Go struct field ConfigMap.data of type string")
+    bad = deployment()
+    bad["spec"]["replicas"] = "2"
+    with pytest.raises(StatusError) as err:
+        c.create(deploy_type(c), "default", bad, field_validation="")
+    assert "Go struct field DeploymentSpec.spec.replicas of type int32" in err.value.message
+    good = deployment()
+    good["spec"]["strategy"] = {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}}  # IntOrString
+    good["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": 0.5, "memory": "1Gi"}}
+    good["metadata"]["annotations"] = None
+    c.create(deploy_type(c), "default", good, field_validation="")
+
+
+async def test_a_big_scale_up_does_not_hold_up_other_controllers():
+    """Pods come in bounded batches, so one large ReplicaSet does not keep everything else waiting."""
+    async with live() as (c, ctrl):
+        created: list[str] = []
+        c.store.listen(lambda resource, ev: created.append(ev.obj["metadata"]["generateName"])
+                       if resource == "/pods" and ev.type == "ADDED" else None)
+        big = deployment("big", replicas=250)
+        c.create(c.rt("apps", "v1", "replicasets"), "default", big)
+        c.create(c.rt("batch", "v1", "jobs"), "default", {"metadata": {"name": "small"}, "spec": {"template": {
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}}})
+        await settle(ctrl)
+        assert created.count("big-") == 250
+        assert created.index("small-") < 250
+
+
+def widget_crd(subresources: dict | None = None) -> dict:
+    version = {"name": "v1", "served": True, "storage": True,
+               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+    if subresources is not None:
+        version["subresources"] = subresources
+    return {"metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced", "versions": [version],
+                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"}}}
+
+
+def test_establishing_a_crd_does_not_rewrite_its_added_event(c):
+    crds = c.rt("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    watcher, _ = c.store.watch(crds.storage_key, "", None, c.store.rv)
+    c.create(crds, "", widget_crd())
+    added, established = watcher.queue.get_nowait(), watcher.queue.get_nowait()
+    assert added.obj["metadata"]["resourceVersion"] == str(added.rv)
+    assert established.obj["metadata"]["resourceVersion"] == str(established.rv) != str(added.rv)
+
+
+def test_a_job_gets_a_generated_selector_and_pod_labels(c):
+    jobs = c.rt("batch", "v1", "jobs")
+    spec = {"template": {"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}}
+    job = c.create(jobs, "default", {"metadata": {"name": "once"}, "spec": spec})
+    uid = job["metadata"]["uid"]
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert job["spec"]["template"]["metadata"]["labels"] == {
+        "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+        "batch.kubernetes.io/job-name": "once", "job-name": "once"}
+    manual = c.create(jobs, "default", {"metadata": {"name": "manual"}, "spec": {**spec, "manualSelector": True}})
+    assert "selector" not in manual["spec"]
+
+
+@pytest.mark.parametrize("subresources,generation", [({}, 2), ({"status": {}}, 1)])
+def test_custom_resource_status_counts_as_a_change_without_a_status_subresource(c, subresources, generation):
+    c.create(c.rt("apiextensions.k8s.io", "v1", "customresourcedefinitions"), "", widget_crd(subresources))
+    widgets = c.rt("example.com", "v1", "widgets")
+    c.create(widgets, "default", {"metadata": {"name": "w"}, "spec": {"size": 1}})
+    written = c.patch(widgets, "default", "w", "merge", {"status": {"ready": True}},
+                      subresource="status" if subresources else "")
+    assert written["status"] == {"ready": True} and written["metadata"]["generation"] == generation

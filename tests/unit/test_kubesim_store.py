@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaleagent.kubesim.errors import StatusError
-from scaleagent.kubesim.store import ADDED, DELETED, MODIFIED, Store
+from scaleagent.kubesim.store import ADDED, BOOKMARK, DELETED, MODIFIED, Store
 
 CM = "/configmaps"
 
@@ -101,8 +101,12 @@ def test_selector_transitions_become_added_and_deleted():
     put(s, "x", tier="web")
     put(s, "x", tier="web", more="1")
     put(s, "x", tier="db")
-    assert [w.queue.get_nowait().type for _ in range(3)] == [ADDED, MODIFIED, DELETED]
+    events = [w.queue.get_nowait() for _ in range(3)]
+    assert [e.type for e in events] == [ADDED, MODIFIED, DELETED]
     assert w.queue.empty()
+    # Leaving the selector shows the object as it last matched, at the event's version.
+    assert events[2].obj["metadata"]["labels"] == {"tier": "web", "more": "1"}
+    assert events[2].obj["metadata"]["resourceVersion"] == str(events[2].rv)
 
 
 def test_a_watcher_that_cannot_keep_up_is_closed():
@@ -111,3 +115,31 @@ def test_a_watcher_that_cannot_keep_up_is_closed():
     for i in range(10):
         put(s, f"o{i}")
     assert w.overflowed and w.closed
+
+
+async def test_queued_changes_go_out_before_a_bookmark_that_covers_them():
+    """A bookmark promises that every change up to its version was sent: it never overtakes the queue."""
+    s = Store()
+    w, _ = s.watch(CM, "", None, s.rv)
+    now = [0.0]
+    stream = w.stream(lambda: s.rv, timeout=10, bookmark_interval=1, clock=lambda: now[0])
+    put(s, "a")
+    put(s, "b")
+    now[0] = 5.0  # a bookmark is due while two changes wait in the queue
+    assert [e.type for e in await anext(stream)] == [ADDED, ADDED]
+    [bookmark] = await anext(stream)
+    assert (bookmark.type, bookmark.rv) == (BOOKMARK, s.rv)
+    put(s, "c")
+    now[0] = 11.0  # the watch times out with a change still queued
+    assert [(e.type, e.rv) for e in await anext(stream)] == [(ADDED, s.rv), (BOOKMARK, s.rv)]
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+
+
+def test_the_owner_index_forgets_owners_without_dependents():
+    s = Store()
+    obj = {"metadata": {"name": "d", "namespace": "a", "ownerReferences": [{"uid": "owner-1"}]}}
+    s.commit(CM, ADDED, obj, None)
+    assert [o["metadata"]["name"] for _, o in s.dependents("owner-1")] == ["d"]
+    delete(s, "d")
+    assert "owner-1" not in s._dependents

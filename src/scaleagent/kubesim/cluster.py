@@ -43,10 +43,21 @@ def _strip_for_compare(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
-def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Generation counts changes to anything but metadata and status."""
-    keys = (set(old) | set(new)) - {"metadata", "status", "apiVersion", "kind"}
-    return any(old.get(k) != new.get(k) for k in keys)
+def _spec_changed(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Generation counts changes to anything but metadata and status, and for a custom resource
+    without a status subresource, status too: only metadata is exempt there."""
+    exempt = {"metadata", "apiVersion", "kind"}
+    if not rt.custom or "status" in rt.subresources:
+        exempt.add("status")
+    return any(old.get(k) != new.get(k) for k in (set(old) | set(new)) - exempt)
+
+
+def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
+    """A deleted object goes once its finalizers are gone; a namespace also waits for spec.finalizers."""
+    meta = obj["metadata"]
+    if not meta.get("deletionTimestamp") or meta.get("finalizers"):
+        return False
+    return not (rt.kind == "Namespace" and rt.group == "" and (obj.get("spec") or {}).get("finalizers"))
 
 
 class Cluster:
@@ -181,6 +192,7 @@ class Cluster:
         meta["creationTimestamp"] = now_rfc3339()
         if rt.generation or rt.custom:
             meta["generation"] = 1
+        validation.prepare_for_create(rt, obj)
         if "status" in rt.subresources:
             if rt.custom:
                 obj.pop("status", None)
@@ -254,7 +266,7 @@ class Cluster:
                                    "no new finalizers can be added if the object is being deleted")
         validation.apply_defaults(rt, new)
         validation.validate(rt, new)
-        if (rt.generation or rt.custom) and subresource != "status" and _spec_changed(old, new):
+        if (rt.generation or rt.custom) and subresource != "status" and _spec_changed(rt, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         if record and manager:
             new = patching.record_update(old, new, manager=manager, group=rt.group, version=rt.version,
@@ -264,7 +276,7 @@ class Cluster:
         if dry_run:
             new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
             return new
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+        if _finalized(rt, new):
             self.store.commit(rt.storage_key, DELETED, new, old)
             self._after_delete(rt, new)
             return self._as_version(rt, new)
@@ -335,9 +347,14 @@ class Cluster:
 
     def delete(
         self, rt: ResourceType, namespace: str, name: str, *, propagation: str | None = None,
-        preconditions: dict[str, Any] | None = None, dry_run: bool = False,
+        preconditions: dict[str, Any] | None = None, dry_run: bool = False, orphan_dependents: bool | None = None,
     ) -> tuple[int, dict[str, Any]]:
-        """DELETE: 200 with a Status when gone at once, 202 with the object while finalizers hold it."""
+        """DELETE, answered as the generic store does.
+
+        While finalizers (or a namespace's spec.finalizers) hold it: 200 with the object (202 only when
+        the client sent orphanDependents=false, kept for old clients). Once gone: 200 with a Status, or
+        with the object for the kinds whose storage returns it (Pods, Services, Namespaces...).
+        """
         old = self.store.get(rt.storage_key, namespace, name)
         if old is None:
             raise not_found(rt.group, rt.plural, name)
@@ -353,29 +370,38 @@ class Cluster:
         if propagation not in (None, "", "Background", "Foreground", "Orphan"):
             raise StatusError(422, f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
                                    f'"{propagation}": supported values: "Foreground", "Background", "Orphan", "nil"')
+        if orphan_dependents is not None:
+            if propagation:
+                raise StatusError(422, 'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Invalid value: '
+                                       f'"{propagation}": orphanDependents and deletionPropagation cannot be both set')
+            propagation = "Orphan" if orphan_dependents else "Background"
+        held = 202 if orphan_dependents is False else 200
         finalizers = list(meta.get("finalizers") or [])
         if propagation == "Foreground" and "foregroundDeletion" not in finalizers:
             finalizers.append("foregroundDeletion")
         if propagation == "Orphan" and "orphan" not in finalizers:
             finalizers.append("orphan")
-        pending = bool(finalizers) or (rt.kind == "Namespace" and rt.group == "")
-        if dry_run:
-            return (202 if pending else 200), old
-        if pending:
-            if meta.get("deletionTimestamp"):
-                return 202, self._as_version(rt, old)
+        is_namespace = rt.kind == "Namespace" and rt.group == ""
+        if meta.get("deletionTimestamp"):
+            if meta.get("finalizers") or (is_namespace and (old.get("spec") or {}).get("finalizers")):
+                return held, self._as_version(rt, old)
+        elif finalizers or is_namespace:  # a namespace is always emptied first
             new_meta = {**meta, "finalizers": finalizers, "deletionTimestamp": now_rfc3339(),
                         "deletionGracePeriodSeconds": 0}
             new = {**old, "metadata": new_meta}
             if rt.generation or rt.custom:
                 new_meta["generation"] = int(meta.get("generation", 1)) + 1
-            if rt.kind == "Namespace" and rt.group == "":
+            if is_namespace:
                 new["status"] = {**old.get("status", {}), "phase": "Terminating"}
-            self.store.commit(rt.storage_key, MODIFIED, new, old)
-            return 202, self._as_version(rt, new)
+            if not dry_run:
+                self.store.commit(rt.storage_key, MODIFIED, new, old)
+            return held, self._as_version(rt, new)
         gone = {**old, "metadata": {**meta}}
-        self.store.commit(rt.storage_key, DELETED, gone, old)
-        self._after_delete(rt, gone)
+        if not dry_run:
+            self.store.commit(rt.storage_key, DELETED, gone, old)
+            self._after_delete(rt, gone)
+        if rt.returns_deleted:
+            return 200, self._as_version(rt, gone)
         details = {"name": name, "kind": rt.plural, "uid": meta.get("uid")}
         if rt.group:
             details["group"] = rt.group
@@ -405,7 +431,9 @@ class Cluster:
                  "message": "the initial names have been accepted", "lastTransitionTime": now},
             ],
         }
-        self.store.commit(f"apiextensions.k8s.io/customresourcedefinitions", MODIFIED, {**crd, "status": status}, crd)
+        # A new metadata dict: commit stamps the resourceVersion into it, and the ADDED event shares crd's.
+        established = {**crd, "metadata": {**crd["metadata"]}, "status": status}
+        self.store.commit("apiextensions.k8s.io/customresourcedefinitions", MODIFIED, established, crd)
 
     # -- reviews -------------------------------------------------------------------------------
 

@@ -24,6 +24,9 @@ log = logging.getLogger("scaleagent.kubesim.controllers")
 
 REVISION = "deployment.kubernetes.io/revision"
 MANAGER = "kube-controller-manager"
+# Pods a ReplicaSet reconcile creates or deletes before it requeues itself: reconciles run on the
+# event loop, and scaling to thousands of replicas in one go would stall every client for seconds.
+POD_BATCH = 100
 
 
 def template_hash(template: dict[str, Any]) -> str:
@@ -109,6 +112,8 @@ class Controllers:
             self._enqueue("namespace", "", name)
         if ev.type == DELETED:
             self._requeue_terminating_owners(meta)
+            if ns and (self.c.store.get("/namespaces", "", ns) or {}).get("metadata", {}).get("deletionTimestamp"):
+                self._enqueue("namespace", "", ns)  # its last held object may just have gone
         if ev.type == DELETED or meta.get("deletionTimestamp"):
             uid = meta.get("uid", "")
             if self.c.store.dependents(uid) or {"orphan", "foregroundDeletion"} & set(meta.get("finalizers") or ()):
@@ -117,12 +122,29 @@ class Controllers:
     def _requeue_terminating_owners(self, meta: dict[str, Any]) -> None:
         """A dependent is gone: an owner waiting in foreground deletion may now be finished."""
         for ref in meta.get("ownerReferences") or ():
-            group = ref.get("apiVersion", "").rpartition("/")[0]
-            for rt in self.c.registry.by_kind(group, ref.get("kind", ""))[:1]:
-                ns = meta.get("namespace", "") if rt.namespaced else ""
-                owner = self.c.store.get(rt.storage_key, ns, ref.get("name", ""))
-                if owner is not None and owner["metadata"].get("deletionTimestamp"):
-                    self._enqueue("gc", rt.storage_key, ns, ref["name"], owner["metadata"]["uid"])
+            found = self._owner(meta, ref)
+            if found is not None and found[1]["metadata"].get("deletionTimestamp"):
+                rt, owner = found
+                self._enqueue("gc", rt.storage_key, owner["metadata"].get("namespace", ""), ref["name"],
+                              owner["metadata"]["uid"])
+
+    def _owner(self, meta: dict[str, Any], ref: dict[str, Any]) -> tuple[ResourceType, dict[str, Any]] | None:
+        """The stored object an ownerReference of `meta` names (same uid), with its type; None if gone."""
+        group = ref.get("apiVersion", "").rpartition("/")[0]
+        for rt in self.c.registry.by_kind(group, ref.get("kind", ""))[:1]:
+            ns = meta.get("namespace", "") if rt.namespaced else ""
+            owner = self.c.store.get(rt.storage_key, ns, ref.get("name", ""))
+            if owner is not None and owner["metadata"].get("uid") == ref.get("uid"):
+                return rt, owner
+        return None
+
+    def _solid(self, meta: dict[str, Any], ref: dict[str, Any]) -> bool:
+        """An owner that still holds its dependents: it exists and is not being deleted in the foreground."""
+        found = self._owner(meta, ref)
+        if found is None:
+            return False
+        owner_meta = found[1]["metadata"]
+        return not (owner_meta.get("deletionTimestamp") and "foregroundDeletion" in (owner_meta.get("finalizers") or ()))
 
     async def _run(self) -> None:
         while True:
@@ -166,10 +188,17 @@ class Controllers:
         if owner is not None and "foregroundDeletion" not in finalizers:
             return  # still alive, or held by someone else's finalizer
         for res, dep in dependents:
-            if not dep["metadata"].get("deletionTimestamp"):
-                rt = self._type_of(res, dep)
-                if rt is not None:
-                    self._delete(rt, dep, "Foreground" if owner is not None else "Background")
+            if dep["metadata"].get("deletionTimestamp"):
+                continue
+            refs = dep["metadata"].get("ownerReferences") or []
+            solid = [r for r in refs if self._solid(dep["metadata"], r)]
+            if solid:
+                # Collected only when all its owners are gone; meanwhile it just loses the dangling references.
+                self._put(res, {**dep, "metadata": {**dep["metadata"], "ownerReferences": solid}})
+                continue
+            rt = self._type_of(res, dep)
+            if rt is not None:
+                self._delete(rt, dep, "Foreground" if owner is not None else "Background")
         if owner is not None and not self.c.store.dependents(uid):
             self._drop_finalizer(resource, owner, "foregroundDeletion")
 
@@ -332,11 +361,13 @@ class Controllers:
         want = int((rs.get("spec") or {}).get("replicas", 1))
         template = (rs.get("spec") or {}).get("template") or {}
         pods_rt = self._rt["pods"]
-        for _ in range(want - len(pods)):
+        for _ in range(min(want - len(pods), POD_BATCH)):
             pods.append(self._create_pod(rs, template, "Running"))
-        for p in sorted(pods, key=lambda p: p["metadata"]["name"])[want:] if len(pods) > want else []:
+        for p in sorted(pods, key=lambda p: p["metadata"]["name"])[want:][:POD_BATCH]:
             self._delete(pods_rt, p, "Background")
             pods.remove(p)
+        if len(pods) != want:
+            self._enqueue("replicaset", ns, name)  # the rest after whatever else is waiting
         n = len(pods)
         status = {"replicas": n, "fullyLabeledReplicas": n, "readyReplicas": n, "availableReplicas": n,
                   "observedGeneration": rs["metadata"].get("generation", 1)}
@@ -387,10 +418,7 @@ class Controllers:
         uid = job["metadata"]["uid"]
         pods = [p for p in self.c.store.items("/pods", ns) if _owned_by(p, uid)]
         template = (job.get("spec") or {}).get("template") or {}
-        if not pods:
-            labels = {**(template.get("metadata") or {}).get("labels", {}), "batch.kubernetes.io/job-name": name,
-                      "job-name": name, "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
-            template = {**template, "metadata": {**(template.get("metadata") or {}), "labels": labels}}
+        if not pods:  # labelled by the template, which the Job's creation gave its job-name and controller-uid
             pods = [self._create_pod(job, template, "Succeeded")]
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
         if (job.get("status") or {}).get("succeeded") == succeeded:

@@ -251,6 +251,111 @@ def prune(obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str =
     return obj, []
 
 
+# -- decoding types ---------------------------------------------------------------------------
+
+QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+# Types whose JSON decoding takes any value, whatever their schema says.
+_ANY_JSON = {"io.k8s.apimachinery.pkg.runtime.RawExtension", "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
+             "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON"}
+_INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
+def _resolve_named(schema: dict[str, Any], schemas: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    name = ""
+    while True:
+        ref = schema.get("$ref") or (schema.get("allOf") or [{}])[0].get("$ref")
+        if not ref:
+            return schema, name
+        name = ref[len(REF):]
+        schema = schemas.get(name, {})
+
+
+def _go_type(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
+    """The Go type a schema stands for, as encoding/json names it in errors (v1.DeploymentSpec, map[string]string)."""
+    schema, name = _resolve_named(schema, schemas)
+    if name:
+        return ".".join(name.split(".")[-2:])
+    kind = schema.get("type")
+    if kind == "integer":
+        return schema.get("format") or "int"
+    if kind == "array":
+        return "[]" + _go_type(schema.get("items") or {}, schemas)
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return "map[string]" + _go_type(schema["additionalProperties"], schemas)
+    return {"number": "float64", "boolean": "bool", "string": "string"}.get(kind or "", "interface {}")
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def decode_error(obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str = "",
+                 struct: str = "") -> str | None:
+    """The first error Go's encoding/json reports decoding `obj` into the built-in type `schema` describes.
+
+    Only fields the schema declares are checked (unknown ones are pruned, not decoded). Go names
+    the innermost struct and the path of struct fields, without map keys or list indexes.
+    """
+    schema, name = _resolve_named(schema, schemas)
+    if obj is None or name in _ANY_JSON:
+        return None
+    kind, fmt = schema.get("type"), schema.get("format")
+    number = isinstance(obj, (int, float)) and not isinstance(obj, bool)
+    if name == QUANTITY:
+        ok = isinstance(obj, str) or number
+    elif fmt == "int-or-string":
+        ok = isinstance(obj, str) or (number and isinstance(obj, int))
+    elif kind == "object" or "properties" in schema:
+        if not isinstance(obj, dict):
+            ok = False
+        else:
+            props = schema.get("properties") or {}
+            extra = schema.get("additionalProperties")
+            inner = name.rsplit(".", 1)[-1] if name and props else struct
+            for k, v in obj.items():
+                if k in props:
+                    problem = decode_error(v, props[k], schemas, f"{path}.{k}" if path else k, inner)
+                elif isinstance(extra, dict):
+                    problem = decode_error(v, extra, schemas, path, struct)
+                else:
+                    continue
+                if problem:
+                    return problem
+            return None
+    elif kind == "array":
+        if not isinstance(obj, list):
+            ok = False
+        else:
+            for v in obj:
+                problem = decode_error(v, schema.get("items") or {}, schemas, path, struct)
+                if problem:
+                    return problem
+            return None
+    elif kind == "integer":
+        low, high = _INT_RANGE.get(fmt or "int64", _INT_RANGE["int64"])
+        ok = number and isinstance(obj, int) and low <= obj <= high
+    elif kind == "number":
+        ok = number
+    elif kind == "boolean":
+        ok = isinstance(obj, bool)
+    elif kind == "string":
+        ok = isinstance(obj, str)
+    else:
+        ok = True
+    if ok:
+        return None
+    # Go quotes the number only when it is one but does not fit the integer type.
+    what = f"number {obj}" if number and kind == "integer" else _json_kind(obj)
+    go_type = ".".join(name.split(".")[-2:]) if name else _go_type(schema, schemas)
+    return f"json: cannot unmarshal {what} into Go struct field {struct}.{path} of type {go_type}"
+
+
 class FieldValidator:
     """Per-cluster access to the schemas of its kinds, including its CRDs."""
 
@@ -270,6 +375,10 @@ class FieldValidator:
         schema = schemas.get(name or "")
         if schema is None:
             return obj, []
+        if not rt.custom:  # custom resources get their types checked by validation (422), not by decoding
+            problem = decode_error(obj, schema, schemas, struct=rt.kind)
+            if problem:
+                raise StatusError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}')
         pruned, unknown = prune(obj, schema, schemas)
         if unknown and mode == "Strict":
             text = ", ".join(f'unknown field "{u}"' for u in unknown)

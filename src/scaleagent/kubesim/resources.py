@@ -11,6 +11,9 @@ from typing import Any, Iterable
 
 READ = ("get", "list", "watch")
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+# What each subresource serves upstream; any other verb on one (DELETE .../status) is 405.
+SUBRESOURCE_VERBS = {"status": ("get", "patch", "update"), "scale": ("get", "patch", "update"), "log": ("get",),
+                     "finalize": ("update",)}
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class ResourceType:
     generation: bool = True
     # Custom resources cannot be strategic-merge patched and carry the CRD's list type.
     custom: bool = False
+    # Kinds whose storage sets ReturnDeletedObject: a delete answers with the object, not a Status.
+    returns_deleted: bool = False
 
     @property
     def api_version(self) -> str:
@@ -65,7 +70,7 @@ class ResourceType:
         for sub in self.subresources:
             sub_kind = {"scale": "Scale", "log": "Pod"}.get(sub, self.kind)
             sub_group = "autoscaling" if sub == "scale" else None
-            verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+            verbs = list(SUBRESOURCE_VERBS[sub])
             s: dict[str, Any] = {
                 "name": f"{self.plural}/{sub}",
                 "singularName": "",
@@ -90,18 +95,21 @@ REVIEW = ("create",)
 BUILTIN: tuple[ResourceType, ...] = (
     # core/v1
     _rt("", "v1", "Namespace", "namespaces", False, verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-        short_names=("ns",), subresources=("finalize", "status"), generation=False),
-    _rt("", "v1", "Pod", "pods", short_names=("po",), categories=ALL, subresources=("log", "status")),
+        short_names=("ns",), subresources=("finalize", "status"), generation=False, returns_deleted=True),
+    _rt("", "v1", "Pod", "pods", short_names=("po",), categories=ALL, subresources=("log", "status"),
+        returns_deleted=True),
     _rt("", "v1", "Service", "services", short_names=("svc",), categories=ALL, subresources=("status",),
-        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")),
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"), returns_deleted=True),
     _rt("", "v1", "ConfigMap", "configmaps", short_names=("cm",), generation=False),
     _rt("", "v1", "Secret", "secrets", generation=False),
-    _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",), generation=False),
+    _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",), generation=False, returns_deleted=True),
     _rt("", "v1", "Endpoints", "endpoints", short_names=("ep",), generation=False),
     _rt("", "v1", "Event", "events", short_names=("ev",), generation=False),
     _rt("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
-    _rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), subresources=("status",)),
-    _rt("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",), subresources=("status",)),
+    _rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), subresources=("status",),
+        returns_deleted=True),
+    _rt("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",), subresources=("status",),
+        returns_deleted=True),
     _rt("", "v1", "ReplicationController", "replicationcontrollers", short_names=("rc",), categories=ALL,
         subresources=("scale", "status")),
     _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",)),
@@ -130,7 +138,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     _rt("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", generation=False),
     _rt("rbac.authorization.k8s.io", "v1", "Role", "roles", generation=False),
     # storage.k8s.io/v1, coordination.k8s.io/v1
-    _rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",), generation=False),
+    _rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",), generation=False,
+        returns_deleted=True),
     _rt("coordination.k8s.io", "v1", "Lease", "leases", generation=False),
     # apiextensions.k8s.io/v1
     _rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
+import re
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -12,18 +15,18 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import openapi, openapi_v2, tables
+from . import openapi, openapi_v2, tables, yamlbody
 from .cluster import PATCH_TYPES, Cluster
-from .errors import StatusError, bad_request, forbidden, status_body
+from .errors import StatusError, bad_request, forbidden, invalid, status_body
 from .rbac import Attributes, UserInfo
-from .resources import ResourceType
+from .resources import SUBRESOURCE_VERBS, ResourceType
 from .selectors import SelectorError, object_fields, parse_field_selector, parse_label_selector, supported_fields
-from .store import BOOKMARK, DELETED, ERROR, Event, Expired
+from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")
 
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's default --max-request-body-bytes
-DEFAULT_WATCH_TIMEOUT = 1800
+DEFAULT_WATCH_TIMEOUT = 1800  # kube-apiserver's --min-request-timeout
 JSON = "application/json"
 
 
@@ -69,8 +72,8 @@ def negotiate(accept: str) -> Rendering:
             "Table", "PartialObjectMetadata", "PartialObjectMetadataList"
         ):
             return Rendering(as_)
-    raise StatusError(406, f"only the following media types are accepted: application/json, application/yaml, "
-                           f"application/vnd.kubernetes.protobuf (asked for {accept})", reason="NotAcceptable")
+    # Upstream's wording, listing what is actually served here: JSON only.
+    raise StatusError(406, "only the following media types are accepted: application/json", reason="NotAcceptable")
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +143,8 @@ class APIServer:
         ctype = request.content_type.lower()
         try:
             if ctype in ("application/yaml", "application/apply-patch+yaml"):
-                return yaml.safe_load(bytes(raw))
+                # No more nodes than a JSON body at the size limit could hold, however many aliases.
+                return yamlbody.loads(bytes(raw), max_nodes=MAX_BODY // 2)
             return orjson.loads(raw)
         except (orjson.JSONDecodeError, yaml.YAMLError) as e:
             detail = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -273,7 +277,9 @@ class APIServer:
         if rt.namespaced and not namespace and verb not in ("list", "watch"):
             raise StatusError(404, "the server could not find the requested resource")
         allowed_verbs = set(rt.verbs) | ({"watch"} if "list" in rt.verbs else set())
-        if verb not in allowed_verbs and not sub:
+        if sub:
+            allowed_verbs = SUBRESOURCE_VERBS[sub]
+        if verb not in allowed_verbs:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         return Request(rt, verb, namespace, name, sub)
 
@@ -336,35 +342,54 @@ class APIServer:
                           field_validation=fv, warnings=warnings)
             return _warn(self._render_one(rt, obj, render, 200 if existed else 201), warnings)
         if req.verb == "delete":
-            opts = await self._delete_options(request)
-            code, out = c.delete(rt, req.namespace, req.name, propagation=q.get("propagationPolicy") or
-                                 opts.get("propagationPolicy"), preconditions=opts.get("preconditions"), dry_run=dry_run)
+            code, out = c.delete(rt, req.namespace, req.name, **await self._delete_options(request))
             return _json(out, code)
         if req.verb == "deletecollection":
+            opts = await self._delete_options(request)
             pred = self._predicate(rt, q)
             deleted = []
             for obj in list(c.store.items(rt.storage_key, req.namespace)):
                 if pred is None or pred(obj):
-                    c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"],
-                             propagation=q.get("propagationPolicy"))
+                    c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], **opts)
                     deleted.append(obj)
             return _json({"kind": rt.list_kind, "apiVersion": rt.api_version,
                           "metadata": {"resourceVersion": str(c.store.rv)}, "items": deleted})
         raise StatusError(405, "the server does not allow this method on the requested resource")
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
-        if not request.can_read_body:
-            return {}
-        raw = await request.read()
-        if not raw.strip():
-            return {}
-        try:
-            opts = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            raise bad_request(f"couldn't get version/kind; json parse error: {e}") from None
-        if not isinstance(opts, dict):
-            raise bad_request("DeleteOptions must be a JSON object")
-        return opts
+        """DeleteOptions as upstream's delete handlers decode them: from the body when there is one
+        (kubectl and client-go send them there, `--dry-run=server` included), else from the query.
+        Returned as Cluster.delete's keyword arguments. gracePeriodSeconds is checked and has no
+        effect: without kubelets, nothing here waits for a grace period."""
+        raw = await request.read() if request.can_read_body else b""
+        if raw.strip():
+            try:
+                opts = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise bad_request(f"couldn't get version/kind; json parse error: {e}") from None
+            if not isinstance(opts, dict):
+                raise bad_request("DeleteOptions must be a JSON object")
+        else:
+            q = request.query
+            opts = {"propagationPolicy": q["propagationPolicy"]} if "propagationPolicy" in q else {}
+            if "dryRun" in q:
+                opts["dryRun"] = q.getall("dryRun")
+            if "orphanDependents" in q:
+                opts["orphanDependents"] = _query_bool(q, "orphanDependents")
+            if "gracePeriodSeconds" in q:
+                opts["gracePeriodSeconds"] = _query_int(q, "gracePeriodSeconds")
+        dry_run = opts.get("dryRun") or []
+        if not isinstance(dry_run, list) or any(v != "All" for v in dry_run):
+            raise StatusError(422, f'DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+                                   f'{orjson.dumps(dry_run).decode()}: supported values: "All"')
+        grace = opts.get("gracePeriodSeconds")
+        orphan = opts.get("orphanDependents")
+        if (grace is not None and (not isinstance(grace, int) or isinstance(grace, bool))) or \
+                not isinstance(orphan, (bool, type(None))) or not isinstance(opts.get("preconditions"), (dict, type(None))):
+            raise bad_request("DeleteOptions: gracePeriodSeconds must be an integer, orphanDependents a boolean "
+                              "and preconditions an object")
+        return {"dry_run": bool(dry_run), "propagation": opts.get("propagationPolicy"),
+                "preconditions": opts.get("preconditions"), "orphan_dependents": orphan}
 
     def _render_one(self, rt: ResourceType, obj: dict[str, Any], render: Rendering, code: int = 200) -> web.Response:
         if render.as_ == "PartialObjectMetadata":
@@ -383,7 +408,7 @@ class APIServer:
             raise bad_request(f"invalid value for limit: {q.get('limit')!r}") from None
         if limit < 0:
             raise bad_request(f"limit must be non-negative, got {limit}")
-        at = _list_rv(q)
+        at = _list_rv(q, limit, c.store.rv)
         pred = self._predicate(rt, q)
         items, rv, token, remaining = c.store.list(rt.storage_key, req.namespace, pred, limit, q.get("continue", ""), at)
         items = [c._as_version(rt, o) for o in items]
@@ -416,11 +441,13 @@ class APIServer:
 
     async def _scale(self, request: web.Request, req: Request, manager: str, dry_run: bool) -> web.Response:
         c, rt = self.cluster, req.rt
+        if req.verb == "get":
+            return _json(_scale_of(c.get(rt, req.namespace, req.name)))
+        body = await self._body(request)
+        # Read only now: the object may have changed while the body arrived, and its
+        # resourceVersion becomes the update's precondition unless the body names one.
         obj = c.get(rt, req.namespace, req.name)
         current = _scale_of(obj)
-        if req.verb == "get":
-            return _json(current)
-        body = await self._body(request)
         if req.verb == "patch":
             ptype = PATCH_TYPES.get(request.content_type.lower())
             from . import patching
@@ -449,16 +476,24 @@ class APIServer:
     async def _watch(self, request: web.Request, req: Request, render: Rendering) -> web.StreamResponse:
         c, rt, q = self.cluster, req.rt, request.query
         pred = self._predicate(rt, q)
-        try:
-            timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
-        except ValueError:
-            raise bad_request(f"invalid value for timeoutSeconds: {q.get('timeoutSeconds')!r}") from None
+        # An integer; 0 or none is the server's default, spread between one and two min-request-timeouts
+        # as upstream does so that clients do not all come back at once. Negative: already over.
+        timeout: float = _query_int(q, "timeoutSeconds") if q.get("timeoutSeconds") else 0
+        if timeout == 0:
+            timeout = DEFAULT_WATCH_TIMEOUT * (1 + random.random())
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
-        initial_events = q.get("sendInitialEvents") in ("true", "1")
+        _check_watch_list_options(q)
+        send_initial = _query_bool(q, "sendInitialEvents") if "sendInitialEvents" in q else None
+        initial_events = bool(send_initial)
         rv_param = q.get("resourceVersion", "")
         if initial_events and not bookmarks:
             raise StatusError(422, "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true")
-        from_rv = None if (rv_param in ("", "0") or initial_events) else _parse_rv(rv_param)
+        if initial_events or (rv_param in ("", "0") and send_initial is None):
+            from_rv = None  # synthetic ADDED events for the current state first
+        elif rv_param in ("", "0"):
+            from_rv = c.store.rv  # sendInitialEvents=false: only what changes from now on
+        else:
+            from_rv = _parse_rv(rv_param)
         resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache"})
         resp.enable_chunked_encoding()
         try:
@@ -469,41 +504,21 @@ class APIServer:
             await resp.write(_watch_line(ERROR, orjson.dumps(e.status())))
             await resp.write_eof()
             return resp
+        start_rv = c.store.rv  # what the initial events show: read in the same step as they were
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        next_bookmark = loop.time() + self.bookmark_interval
         encode = self._encoder(rt, render, q.get("includeObject", "Metadata"))
+        stream = watcher.stream(lambda: c.store.rv, timeout=timeout, clock=loop.time,
+                                bookmark_interval=self.bookmark_interval if bookmarks else None)
         try:
             await resp.prepare(request)
             if initial:
                 await resp.write(b"".join(encode(ev) for ev in initial))
             if initial_events:
-                await resp.write(self._bookmark(rt, c.store.rv, initial_end=True))
-            while not watcher.closed or not watcher.queue.empty():
-                now = loop.time()
-                if now >= deadline:
-                    break
-                wait = deadline - now
-                if bookmarks:
-                    wait = min(wait, max(0.0, next_bookmark - now))
-                try:
-                    ev = await asyncio.wait_for(watcher.queue.get(), wait)
-                except asyncio.TimeoutError:
-                    if bookmarks and loop.time() >= next_bookmark:
-                        await resp.write(self._bookmark(rt, c.store.rv))
-                        next_bookmark = loop.time() + self.bookmark_interval
-                    continue
-                batch = [ev]
-                while not watcher.queue.empty() and len(batch) < 1000:
-                    batch.append(watcher.queue.get_nowait())
-                closing = any(e.type == ERROR for e in batch)
-                data = b"".join(encode(e) for e in batch if e.type != ERROR)
-                if data:
-                    await resp.write(data)
-                if closing:
-                    break
-            if bookmarks and not watcher.overflowed and loop.time() >= deadline:
-                await resp.write(self._bookmark(rt, c.store.rv))
+                await resp.write(self._bookmark(rt, render, start_rv, initial_end=True))
+            async with contextlib.aclosing(stream):
+                async for batch in stream:
+                    await resp.write(b"".join(self._bookmark(rt, render, e.rv) if e.type == BOOKMARK else encode(e)
+                                              for e in batch))
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -511,11 +526,15 @@ class APIServer:
             c.store.unwatch(watcher)
         return resp
 
-    def _bookmark(self, rt: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+    def _bookmark(self, rt: ResourceType, render: Rendering, rv: int, initial_end: bool = False) -> bytes:
+        """A bookmark carries only a resourceVersion, in the representation the watch asked for."""
         meta: dict[str, Any] = {"resourceVersion": str(rv), "creationTimestamp": None}
         if initial_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return _watch_line(BOOKMARK, orjson.dumps({"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}))
+        obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+        if render.as_ in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+            obj = _partial(obj)
+        return _watch_line(BOOKMARK, orjson.dumps(obj))
 
     def _encoder(self, rt: ResourceType, render: Rendering, include_object: str) -> Any:
         c = self.cluster
@@ -542,6 +561,40 @@ def _watch_line(type_: str, obj: bytes) -> bytes:
     return b'{"type":"' + type_.encode() + b'","object":' + obj + b"}\n"
 
 
+def _query_int(q: Any, name: str) -> int:
+    """An integer query parameter, as Go's strconv.ParseInt reads it (no fractions, no spaces)."""
+    value = q[name]
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise bad_request(f'invalid value for {name}: strconv.ParseInt: parsing "{value}": invalid syntax')
+    return int(value)
+
+
+def _query_bool(q: Any, name: str) -> bool:
+    """A boolean query parameter, as Go's strconv.ParseBool reads it."""
+    value = q[name]
+    if value in ("1", "t", "T", "true", "TRUE", "True"):
+        return True
+    if value in ("0", "f", "F", "false", "FALSE", "False"):
+        return False
+    raise bad_request(f'invalid value for {name}: strconv.ParseBool: parsing "{value}": invalid syntax')
+
+
+def _check_watch_list_options(q: Any) -> None:
+    """Upstream's watch option validation, as with the WatchList feature gate on: sendInitialEvents
+    (true or false) needs resourceVersionMatch=NotOlderThan, the only match a watch takes, and only with it."""
+    match, causes = q.get("resourceVersionMatch", ""), []
+    if "sendInitialEvents" in q and match != "NotOlderThan":
+        causes.append(("resourceVersionMatch",
+                       "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+    if match and "sendInitialEvents" not in q:
+        causes.append(("resourceVersionMatch",
+                       "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+    if match and match != "NotOlderThan":
+        causes.append(("resourceVersionMatch", f'Unsupported value: "{match}": supported values: "NotOlderThan"'))
+    if causes:
+        raise invalid("meta.k8s.io", "ListOptions", "", causes)
+
+
 def _parse_rv(value: str) -> int:
     try:
         rv = int(value)
@@ -552,9 +605,11 @@ def _parse_rv(value: str) -> int:
         raise bad_request(f"invalid resource version: {value!r}") from None
 
 
-def _list_rv(q: Any) -> int | None:
-    """LIST resourceVersion semantics: unset = most recent; "0" = any (we serve the latest);
-    N with NotOlderThan = at least N (latest); N with Exact or unset match = exactly N."""
+def _list_rv(q: Any, limit: int, current: int) -> int | None:
+    """LIST resourceVersion semantics (api-concepts): unset = most recent; "0" = any (we serve the
+    latest); N with Exact = exactly N; N with NotOlderThan = at least N, so the latest, and 504 while
+    N is still in the future. N without a match is NotOlderThan, except with a limit, where the
+    legacy semantics are Exact."""
     value, match = q.get("resourceVersion", ""), q.get("resourceVersionMatch", "")
     if match not in ("", "NotOlderThan", "Exact"):
         raise bad_request(f"invalid resourceVersionMatch: {match!r}")
@@ -567,9 +622,11 @@ def _list_rv(q: Any) -> int | None:
             raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         return None
     rv = _parse_rv(value)
-    if match == "Exact":
+    if match == "Exact" or (not match and limit):
         return rv
-    return None  # NotOlderThan (the legacy default for a set value): the latest is never older
+    if rv > current:
+        raise TooLargeResourceVersion(rv, current)
+    return None
 
 
 def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class Simulator:
     watch_queue: int = 10_000
     bookmark_interval: float = 60.0
     version: str = "v1.30.0"
+    # Benchmarks seed objects that must stay exactly as seeded: no controller reacts to them.
+    run_controllers: bool = True
     name_prefix: str = "kubesim"
     members: list[SimCluster] = field(default_factory=list)
 
@@ -98,7 +100,8 @@ class Simulator:
             token = cluster.add_token(LIMITED_USER)
             pki = ClusterPKI.generate()
             controllers = Controllers(cluster)
-            controllers.start()
+            if self.run_controllers:
+                controllers.start()
             server = APIServer(cluster, bookmark_interval=self.bookmark_interval)
             member = SimCluster(cluster, pki, controllers, server, token)
             cert, key, ca = pki.write_server_files(self._dir / cluster.name)

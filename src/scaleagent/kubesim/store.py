@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import heapq
+import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import orjson
 from sortedcontainers import SortedDict
@@ -94,8 +95,10 @@ class Watcher:
                 return ev
             if now:
                 return Event(ev.rv, ADDED, ev.key, ev.obj, ev.prev, ev.raw)
-            if before:
-                return Event(ev.rv, DELETED, ev.key, ev.obj, ev.prev, ev.raw)
+            if before and ev.prev is not None:
+                # As the cacher does: the object as it last matched, at the event's resourceVersion.
+                gone = {**ev.prev, "metadata": {**ev.prev["metadata"], "resourceVersion": str(ev.rv)}}
+                return Event(ev.rv, DELETED, ev.key, gone, ev.prev)
             return None
         return ev if now else None
 
@@ -114,6 +117,55 @@ class Watcher:
     def close(self) -> None:
         self.closed = True
         self.queue.put_nowait(Event(0, ERROR, "", {}))
+
+    def stream(
+        self, current_rv: Callable[[], int], *, timeout: float, bookmark_interval: float | None,
+        clock: Callable[[], float],
+    ) -> AsyncIterator[list[Event]]:
+        """What the watch sends after its initial events: batches of changes, and BOOKMARK events.
+
+        A bookmark promises that every change up to its resourceVersion has been sent, so one is
+        sent only when the queue is empty: fan-out is synchronous, so at that moment every change up
+        to the store's current version has been queued, and written. At the deadline, what is still
+        queued goes out before the final bookmark. `bookmark_interval` None: no bookmarks. The clock
+        starts now, not at the first iteration.
+        """
+        start = clock()
+        first_bookmark = math.inf if bookmark_interval is None else start + bookmark_interval
+        return self._stream(current_rv, start + timeout, first_bookmark, bookmark_interval, clock)
+
+    async def _stream(
+        self, current_rv: Callable[[], int], deadline: float, next_bookmark: float, bookmark_interval: float | None,
+        clock: Callable[[], float],
+    ) -> AsyncIterator[list[Event]]:
+        waiting: Event | None = None
+        while True:
+            expired = clock() >= deadline
+            batch = [] if waiting is None else [waiting]
+            waiting = None
+            while not self.queue.empty() and (expired or len(batch) < 1000):
+                batch.append(self.queue.get_nowait())
+            closing = any(e.type == ERROR for e in batch)  # the server is shutting down
+            batch = [e for e in batch if e.type != ERROR]
+            if expired and not closing and bookmark_interval is not None and not self.overflowed:
+                batch.append(Event(current_rv(), BOOKMARK, "", {}))
+            if batch:
+                yield batch
+            if closing or expired:
+                return
+            if batch:
+                continue
+            if self.closed:
+                return
+            now = clock()
+            if now >= next_bookmark:
+                yield [Event(current_rv(), BOOKMARK, "", {})]
+                next_bookmark = clock() + (bookmark_interval or 0.0)
+                continue
+            try:
+                waiting = await asyncio.wait_for(self.queue.get(), min(deadline, next_bookmark) - now)
+            except asyncio.TimeoutError:
+                pass
 
 
 class Store:
@@ -276,7 +328,10 @@ class Store:
 
     def _index_owners(self, resource: str, key: str, old: dict | None, new: dict | None) -> None:
         for o in (old or {}).get("metadata", {}).get("ownerReferences") or ():
-            self._dependents[o.get("uid", "")].discard((resource, key))
+            uid = o.get("uid", "")
+            self._dependents[uid].discard((resource, key))
+            if not self._dependents[uid]:
+                del self._dependents[uid]  # owners come and go: keep no empty entry behind
         for o in (new or {}).get("metadata", {}).get("ownerReferences") or ():
             self._dependents[o.get("uid", "")].add((resource, key))
 

@@ -155,6 +155,28 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
         template_spec.setdefault("restartPolicy", "Always" if rt.group == "apps" else template_spec.get("restartPolicy", "Never"))
 
 
+def prepare_for_create(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """What strategies set at create only, once the uid exists.
+
+    A Job (unless spec.manualSelector) gets the job-name and controller-uid labels on its pod
+    template and a selector on its controller uid, as the job strategy's generateSelector does.
+    """
+    spec = obj.get("spec")
+    if (rt.group, rt.kind) != ("batch", "Job") or not isinstance(spec, dict) or spec.get("manualSelector"):
+        return
+    meta = obj["metadata"]
+    template = spec["template"] = spec.get("template") or {}
+    template_meta = template["metadata"] = template.get("metadata") or {}
+    labels = template_meta["labels"] = template_meta.get("labels") or {}
+    for key in ("job-name", "batch.kubernetes.io/job-name"):
+        labels.setdefault(key, meta["name"])
+    for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+        labels.setdefault(key, meta["uid"])
+    selector = spec["selector"] = spec.get("selector") or {}
+    match = selector["matchLabels"] = selector.get("matchLabels") or {}
+    match.setdefault("batch.kubernetes.io/controller-uid", meta["uid"])
+
+
 def check_type(obj: Any, what: str = "body") -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise StatusError(400, f"the {what} must be a JSON object, not {type(obj).__name__}")
