@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 
 class Budget:
-    def __init__(self, total: int = 0, per_account: int = 0) -> None:
+    def __init__(self, total: int = 0, per_account: int = 0, on_idle: Callable[[], None] | None = None) -> None:
         self._total = asyncio.Semaphore(total) if total > 0 else None
+        self._on_idle = on_idle
         self._per_account_size = per_account
         self._per_account: dict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(per_account))
         self.running = 0
@@ -33,6 +34,8 @@ class Budget:
                 yield
             finally:
                 self.running -= 1
+                if self.running == 0 and self._on_idle is not None:
+                    self._on_idle()
 
     def for_account(self, account: str):  # noqa: ANN201 - a factory of async context managers
         return lambda: self.slot(account)

@@ -10,6 +10,7 @@ from .accounts import AccountManager, EngineSettings
 from .budget import Budget
 from .config import AgentConfig
 from .health import health_app
+from .memory import Releaser
 from .sinks import Sink
 
 log = logging.getLogger("scaleagent.agent")
@@ -19,7 +20,9 @@ class Agent:
     def __init__(self, config: AgentConfig, sink: Sink) -> None:
         self.config = config
         k = config.kubernetes
-        self.budget = Budget(config.tasks.total_budget, config.tasks.budget_per_account)
+        self.releaser = Releaser()
+        self.budget = Budget(config.tasks.total_budget, config.tasks.budget_per_account,
+                             on_idle=self.releaser.burst_ended)
         self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds)
         self.accounts = AccountManager(self.settings, sink, self.budget)
         self._runner: web.AppRunner | None = None
@@ -38,6 +41,7 @@ class Agent:
                  self.health_url)
 
     async def stop(self) -> None:
+        self.releaser.cancel()
         await self.accounts.stop()
         if self._runner is not None:
             await self._runner.cleanup()

@@ -78,14 +78,22 @@ class KubeClient:
         self.credentials = credentials
         self.server = credentials.server
         self._timeout = timeout
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=credentials.ssl_context, limit=limit, enable_cleanup_closed=True),
-            headers={"User-Agent": USER_AGENT},
-            auto_decompress=True,
-        )
+        # Two pools. A connection's TLS read buffer (256 KB under uvloop) is touched as deep as the
+        # largest read it served, and stays resident while the connection lives. Bulk bodies (LIST
+        # pages) therefore travel on connections that close afterwards, so the long-lived ones that
+        # carry watches and small requests keep their buffers shallow.
+        self._session = self._new_session(aiohttp.TCPConnector(
+            ssl=credentials.ssl_context, limit=limit, enable_cleanup_closed=True))
+        self._bulk = self._new_session(aiohttp.TCPConnector(
+            ssl=credentials.ssl_context, limit=limit, force_close=True, enable_cleanup_closed=True))
+
+    @staticmethod
+    def _new_session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=connector, headers={"User-Agent": USER_AGENT}, auto_decompress=True)
 
     async def close(self) -> None:
         await self._session.close()
+        await self._bulk.close()
 
     async def _headers(self, accept: str | None, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": accept or JSON}
@@ -100,11 +108,14 @@ class KubeClient:
     async def stream(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: bytes | None = None,
         accept: str | None = None, content_type: str | None = None, timeout: float | None = None,
+        bulk: bool = False,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A response whose body the caller reads; non-2xx statuses raise APIError first.
 
         A 401 makes the credentials refresh (rotated token, exec plugin) and is retried once.
+        `bulk` sends the request on a connection that closes afterwards (large bodies).
         """
+        session = self._bulk if bulk else self._session
         for attempt in (1, 2):
             try:
                 headers = await self._headers(accept, content_type)
@@ -112,7 +123,7 @@ class KubeClient:
                 raise ConnectionFailed(str(e)) from None
             client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timeout)
             try:
-                async with self._session.request(
+                async with session.request(
                     method, self.server + path, params=params, data=body, headers=headers, timeout=client_timeout,
                     server_hostname=self.credentials.server_hostname,
                 ) as resp:
@@ -127,12 +138,12 @@ class KubeClient:
                 raise ConnectionFailed(describe_connection_error(self.server, e)) from e
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None,
-                      accept: str | None = None, content_type: str | None = None) -> Any:
+                      accept: str | None = None, content_type: str | None = None, bulk: bool = False) -> Any:
         """One JSON request, answered with the decoded JSON body."""
         data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
         async with self.stream(method, path, params=params, body=data, accept=accept,
                                content_type=content_type or (JSON if data is not None else None),
-                               timeout=self._timeout) as resp:
+                               timeout=self._timeout, bulk=bulk) as resp:
             raw = await resp.read()
         try:
             return orjson.loads(raw) if raw else None

@@ -149,7 +149,7 @@ class Reflector:
             if token:
                 params["continue"] = token
             try:
-                page = await self.client.get(self.kind.path(self.namespace), params=params,
+                page = await self.client.get(self.kind.path(self.namespace), params=params, bulk=True,
                                              accept=META_LIST if self.metadata_only else None)
             except APIError as e:
                 if e.status == 410 and token:  # the snapshot expired between pages: start over
