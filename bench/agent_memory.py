@@ -75,7 +75,7 @@ def main() -> None:
     p.add_argument("--kinds", type=int, default=10)
     p.add_argument("--objects", type=int, default=1000)
     p.add_argument("--budget", default="8,1", help="totalBudget,budgetPerAccount for the budgeted run")
-    p.add_argument("--settle", type=float, default=20.0, help="seconds after sync before reading steady RSS")
+    p.add_argument("--settle", type=float, default=150.0, help="seconds after sync before reading steady RSS")
     args = p.parse_args()
     total, per_account = (int(x) for x in args.budget.split(","))
     with tempfile.TemporaryDirectory() as d:

@@ -36,5 +36,18 @@ def median(xs: list[float]) -> float:
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
+def run(main) -> None:  # noqa: ANN001 - a coroutine function
+    """Run a benchmark's main coroutine on uvloop, as the agent runs."""
+    import asyncio
+
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(main())
+
+
 def machine() -> str:
     return f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"

@@ -20,6 +20,9 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import run  # noqa: E402
 
 from scaleagent.kubesim.churn import Churn  # noqa: E402
 from scaleagent.kubesim.cluster import now_rfc3339  # noqa: E402
@@ -100,10 +103,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop  # type: ignore[import-not-found]
-
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(main())
+    run(main)

@@ -27,7 +27,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median, start_seeded_kubesim  # noqa: E402
+from common import machine, median, run, start_seeded_kubesim  # noqa: E402
 
 from scaleagent.kube.client import KubeClient  # noqa: E402
 from scaleagent.kube.credentials import load_credentials  # noqa: E402
@@ -101,10 +101,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop  # type: ignore[import-not-found]
-
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(main())
+    run(main)

@@ -23,7 +23,9 @@ ensure_venv() {
     "$(find_python)" -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --upgrade pip
   fi
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e "$ROOT[$extras]"
+  local target="$ROOT"
+  [ -n "$extras" ] && target="$ROOT[$extras]"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e "$target"
 }
 
 as_root() {

@@ -26,6 +26,9 @@ from .sinks import Sink
 log = logging.getLogger("scaleagent.agent.accounts")
 
 CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = "connecting", "syncing", "watching", "error", "stopped"
+# Discovery and access reviews are bursts of small requests; each request in flight at once is a
+# pooled TLS connection that outlives the burst. Two at a time keeps an account's pool small.
+REQUEST_PARALLELISM = 2
 
 
 @dataclass
@@ -167,13 +170,13 @@ class AccountRunner:
 
     async def _reconcile(self) -> None:
         assert self._client is not None
-        found = await discover(self._client)
+        found = await discover(self._client, concurrency=REQUEST_PARALLELISM)
         self.discovery_failures = found.failed
         wanted = self._wanted(found.kinds)
         for key in [k for k in self.watches if k not in wanted]:
             await self._stop_watches([key])
         checks = [key for key in wanted if key not in self.watches]
-        limit = asyncio.Semaphore(8)
+        limit = asyncio.Semaphore(REQUEST_PARALLELISM)
 
         async def check(key: tuple[KindInfo, str | None]) -> tuple[tuple[KindInfo, str | None], bool, str]:
             async with limit:

@@ -33,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config, print_events: bool) -> int:  # noqa: ANN001
+    from .memory import tune_allocator
     from .service import Agent
     from .sinks import CountingSink, PrintSink
 
+    tune_allocator()
     sink = PrintSink() if print_events else CountingSink()
     if not print_events:
         log.info("no hub link yet: events are counted (see /metrics); use --print-events to see them")

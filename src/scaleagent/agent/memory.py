@@ -3,7 +3,8 @@
 Initial syncs and relists parse whole LIST pages; Python frees those objects afterwards, but
 glibc keeps the freed heap pages mapped, so the process would stay at its burst size forever.
 `malloc_trim` returns them. It runs when no LIST is in flight any more (debounced), which is
-exactly when a burst has ended. On other C libraries it does nothing.
+exactly when a burst has ended, and every few minutes for what is freed later (connections that
+close, say). On other C libraries it does nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +17,31 @@ import logging
 log = logging.getLogger("scaleagent.agent.memory")
 
 
-def _malloc_trim():  # noqa: ANN202
+def _libc():  # noqa: ANN202
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
         return None
 
 
-_TRIM = _malloc_trim()
+_LIBC = _libc()
+_TRIM = _LIBC.malloc_trim if _LIBC is not None else None
+M_MMAP_THRESHOLD = -3
+
+
+def tune_allocator(mmap_threshold: int = 128 * 1024) -> bool:
+    """Keep glibc from moving its mmap threshold up after large frees.
+
+    By default, freeing a large block (a LIST page's body) raises the threshold, and later large
+    allocations come from the heap instead of fresh mappings. Each TLS connection allocates a
+    256 KB read buffer (uvloop) that it mostly never touches; from a fresh mapping the untouched
+    part costs nothing, from a heap region a LIST already wrote to it is all resident. Measured:
+    steady memory of 1,000 watches after syncing a million objects halves with a fixed threshold.
+    """
+    if _LIBC is None:
+        return False
+    return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, mmap_threshold))
 
 
 def release_free_memory() -> bool:
@@ -36,12 +53,20 @@ def release_free_memory() -> bool:
 
 
 class Releaser:
-    """Calls release_free_memory once things have been quiet for `delay` seconds."""
+    """Calls release_free_memory once things have been quiet for `delay` seconds, and every `period`."""
 
-    def __init__(self, delay: float = 2.0) -> None:
-        self.delay = delay
+    def __init__(self, delay: float = 2.0, period: float = 120.0) -> None:
+        self.delay, self.period = delay, period
         self._handle: asyncio.TimerHandle | None = None
+        self._periodic: asyncio.TimerHandle | None = None
         self.releases = 0
+
+    def start(self) -> None:
+        self._periodic = asyncio.get_running_loop().call_later(self.period, self._tick)
+
+    def _tick(self) -> None:
+        self._release()
+        self._periodic = asyncio.get_running_loop().call_later(self.period, self._tick)
 
     def burst_ended(self) -> None:
         if self._handle is not None:
@@ -54,6 +79,7 @@ class Releaser:
             self.releases += 1
 
     def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        for handle in (self._handle, self._periodic):
+            if handle is not None:
+                handle.cancel()
+        self._handle = self._periodic = None

@@ -35,6 +35,7 @@ class Agent:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.health_url = f"http://{host}:{port}"
+        self.releaser.start()
         for account in self.config.kubernetes.accounts:
             self.accounts.add(account)
         log.info("agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts),

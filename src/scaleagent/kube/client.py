@@ -82,8 +82,10 @@ class KubeClient:
         # largest read it served, and stays resident while the connection lives. Bulk bodies (LIST
         # pages) therefore travel on connections that close afterwards, so the long-lived ones that
         # carry watches and small requests keep their buffers shallow.
+        # Idle pooled connections (left by bursts of small requests) close after a few seconds;
+        # watches hold theirs, and a watch that ends is followed at once by the next one.
         self._session = self._new_session(aiohttp.TCPConnector(
-            ssl=credentials.ssl_context, limit=limit, enable_cleanup_closed=True))
+            ssl=credentials.ssl_context, limit=limit, keepalive_timeout=5, enable_cleanup_closed=True))
         self._bulk = self._new_session(aiohttp.TCPConnector(
             ssl=credentials.ssl_context, limit=limit, force_close=True, enable_cleanup_closed=True))
 

@@ -1,0 +1,123 @@
+"""Pure pieces of the watch engine: filters, watch-line decoding, scrubbing, the LIST budget."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from scaleagent.agent.budget import Budget
+from scaleagent.agent.scrub import LAST_APPLIED, scrub_secret
+from scaleagent.agent.sinks import event_json
+from scaleagent.kube.discovery import KindInfo, select_kinds
+from scaleagent.kube.events import ObjectEvent
+from scaleagent.kube.reflector import Gone, Reflector
+from scaleagent.kube.client import APIError
+
+POD = KindInfo("", "v1", "Pod", "pods", True)
+DEPLOY = KindInfo("apps", "v1", "Deployment", "deployments", True)
+EVENT = KindInfo("", "v1", "Event", "events", True)
+EVENT2 = KindInfo("events.k8s.io", "v1", "Event", "events", True)
+NODE = KindInfo("", "v1", "Node", "nodes", False)
+ALL = [POD, DEPLOY, EVENT, EVENT2, NODE]
+
+
+def test_kind_filters_match_singular_names_case_insensitively_with_optional_group():
+    assert select_kinds(ALL, ["pod", "DEPLOYMENT"])[0] == [POD, DEPLOY]
+    assert select_kinds(ALL, ["Event.events.k8s.io"])[0] == [EVENT2]
+    assert select_kinds(ALL, [], ["event"])[0] == [POD, DEPLOY, NODE]
+    assert select_kinds(ALL, [], [], only_namespaced=True)[0] == [POD, DEPLOY, EVENT, EVENT2]
+    assert select_kinds(ALL, ["Pod", "Widget.example.com"])[1] == ["Widget.example.com"]
+
+
+def reflector(**kw) -> Reflector:
+    return Reflector(None, POD, handler=None, account="acc", **kw)  # type: ignore[arg-type]
+
+
+def test_watch_lines_become_events_carrying_the_objects_own_bytes():
+    obj = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns","uid":"u1","resourceVersion":"7"}}'
+    r = reflector()
+    events, error = r._decode([b'{"type":"MODIFIED","object":' + obj + b"}"])
+    assert error is None
+    (e,) = events
+    assert (e.account, e.kind, e.namespace, e.name, e.uid, e.resource_version, e.type) == \
+        ("acc", "Pod", "ns", "p", "u1", "7", "MODIFIED")
+    assert e.object == obj  # sliced from the line, not re-encoded
+    assert r.resource_version == "7"
+
+
+def test_bookmarks_move_the_resume_point_and_emit_nothing():
+    r = reflector()
+    events, error = r._decode([b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}}'])
+    assert events == [] and error is None and r.resource_version == "99"
+
+
+def test_a_410_error_event_means_relist_and_other_errors_surface():
+    gone = b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}'
+    ok = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5"}}}'
+    events, error = reflector()._decode([ok, gone])
+    assert [e.name for e in events] == ["a"] and isinstance(error, Gone)
+    _, error = reflector()._decode([b'{"type":"ERROR","object":{"kind":"Status","code":500,"message":"boom"}}'])
+    assert isinstance(error, APIError) and error.status == 500
+
+
+def test_malformed_lines_are_skipped_not_fatal():
+    events, error = reflector()._decode([b"{not json", b'{"type":"ADDED"}', b""])
+    assert events == [] and error is None
+
+
+def test_metadata_only_objects_are_presented_as_their_kind_and_scrubbed():
+    secret = KindInfo("", "v1", "Secret", "secrets", True)
+    r = Reflector(None, secret, handler=None, account="a", metadata_only=True,  # type: ignore[arg-type]
+                  transform=scrub_secret)
+    line = orjson.dumps({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": {"name": "s", "annotations": {LAST_APPLIED: '{"data":{"p":"c2VjcmV0"}}', "x": "y"}}}})
+    (e,), _ = r._decode([line])
+    out = orjson.loads(e.object)
+    assert out["kind"] == "Secret" and out["apiVersion"] == "v1"
+    assert out["metadata"]["annotations"] == {"x": "y"} and b"c2VjcmV0" not in e.object
+
+
+def test_scrubbing_drops_secret_values_even_if_a_server_sent_them():
+    out = scrub_secret({"kind": "Secret", "data": {"a": "b"}, "stringData": {"c": "d"}, "metadata": {"name": "s"}})
+    assert out == {"kind": "Secret", "metadata": {"name": "s"}}
+
+
+async def test_the_budget_caps_concurrent_lists_overall_and_per_account():
+    budget = Budget(total=3, per_account=1)
+    gate = asyncio.Event()
+
+    async def list_for(account: str) -> None:
+        async with budget.slot(account):
+            await gate.wait()
+
+    tasks = [asyncio.create_task(list_for(f"a{i % 5}")) for i in range(20)]
+    while budget.running < 3:
+        await asyncio.sleep(0)
+    for _ in range(10):  # give every waiting task a chance to (wrongly) get in
+        await asyncio.sleep(0)
+    assert budget.running == 3
+    gate.set()
+    await asyncio.gather(*tasks)
+    assert budget.peak == 3 and budget.running == 0
+
+
+def test_event_lines_embed_the_object_bytes():
+    e = ObjectEvent("a", "apps", "v1", "Deployment", "ns", "d", "u", "3", "ADDED", b'{"spec":{"replicas":2}}')
+    assert orjson.loads(event_json(e)) == {"account": "a", "type": "ADDED", "group": "apps", "version": "v1",
+                                           "kind": "Deployment", "namespace": "ns", "name": "d", "uid": "u",
+                                           "resourceVersion": "3", "object": {"spec": {"replicas": 2}}}
+    marker = ObjectEvent("a", "", "v1", "Pod", "", "", "", "9", "SNAPSHOT_END")
+    assert "object" not in orjson.loads(event_json(marker))
+
+
+def test_memory_can_be_handed_back_on_this_platform():
+    import platform
+
+    from scaleagent.agent.memory import release_free_memory, tune_allocator
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_trim and mallopt are glibc's")
+    assert tune_allocator() is True
+    assert release_free_memory() is True
