@@ -49,6 +49,18 @@ def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 60.0) -> l
         sel.close()
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> int:
+    """SIGTERM, as a service manager would; SIGKILL only if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 @dataclass
 class KubesimProcess:
     proc: subprocess.Popen
@@ -62,14 +74,7 @@ class KubesimProcess:
         return self.kubeconfig_dir / f"kubesim-{i}-limited.yaml"
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc)
 
 
 def start_kubesim(kubeconfig_dir: Path, *args: str) -> KubesimProcess:
@@ -173,14 +178,7 @@ class AgentProcess:
         raise TimeoutError(f"no {what} within {timeout}s; last health: {doc}")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc)
 
 
 def account_health(doc: dict, name: str) -> dict:
