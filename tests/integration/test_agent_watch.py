@@ -278,3 +278,19 @@ def test_a_bad_config_file_is_refused_with_the_key_and_file_named(tmp_path):
     assert result.returncode == 2
     assert "agent.yml" in result.stderr and "kubernetes.accounts[0].kubeconfig" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_watches_that_keep_failing_put_the_account_in_error_until_they_recover(kubesim, agent_factory, tmp_path):
+    port = int(kubesim.urls[0].rsplit(":", 1)[1])
+    proxy = TcpProxy("127.0.0.1", port)
+    kubeconfig = _proxied_kubeconfig(kubesim.admin(), tmp_path / "proxied.yaml", proxy.port)
+    agent = agent_factory([{"name": "flaky", "kubeConfigFile": str(kubeconfig), "kinds": ["ConfigMap"]}],
+                          discovery=600)
+    agent.wait_health(lambda h: account_health(h, "flaky")["state"] == "watching", what="watching")
+    proxy.refusing = True
+    proxy.cut()
+    h = agent.wait_health(lambda h: account_health(h, "flaky")["state"] == "error", what="an error state")
+    assert "watch of ConfigMap keeps failing" in account_health(h, "flaky")["reason"]
+    proxy.refusing = False
+    agent.wait_health(lambda h: account_health(h, "flaky")["state"] == "watching", what="recovery", timeout=90)
+    proxy.close()

@@ -38,33 +38,33 @@ def reflector(**kw) -> Reflector:
 def test_watch_lines_become_events_carrying_the_objects_own_bytes():
     obj = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns","uid":"u1","resourceVersion":"7"}}'
     r = reflector()
-    events, error = r._decode([b'{"type":"MODIFIED","object":' + obj + b"}"])
+    events, error, rv = r._decode([b'{"type":"MODIFIED","object":' + obj + b"}"])
     assert error is None
     (e,) = events
     assert (e.account, e.kind, e.namespace, e.name, e.uid, e.resource_version, e.type) == \
         ("acc", "Pod", "ns", "p", "u1", "7", "MODIFIED")
     assert e.object == obj  # sliced from the line, not re-encoded
-    assert r.resource_version == "7"
+    assert rv == "7" and r.resource_version is None  # the resume point moves once the sink took the batch
 
 
 def test_bookmarks_move_the_resume_point_and_emit_nothing():
-    r = reflector()
-    events, error = r._decode([b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}}'])
-    assert events == [] and error is None and r.resource_version == "99"
+    events, error, rv = reflector()._decode(
+        [b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}}'])
+    assert events == [] and error is None and rv == "99"
 
 
 def test_a_410_error_event_means_relist_and_other_errors_surface():
     gone = b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}'
     ok = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5"}}}'
-    events, error = reflector()._decode([ok, gone])
+    events, error, _ = reflector()._decode([ok, gone])
     assert [e.name for e in events] == ["a"] and isinstance(error, Gone)
-    _, error = reflector()._decode([b'{"type":"ERROR","object":{"kind":"Status","code":500,"message":"boom"}}'])
+    _, error, _ = reflector()._decode([b'{"type":"ERROR","object":{"kind":"Status","code":500,"message":"boom"}}'])
     assert isinstance(error, APIError) and error.status == 500
 
 
 def test_malformed_lines_are_skipped_not_fatal():
-    events, error = reflector()._decode([b"{not json", b'{"type":"ADDED"}', b""])
-    assert events == [] and error is None
+    events, error, rv = reflector()._decode([b"{not json", b'{"type":"ADDED"}', b""])
+    assert events == [] and error is None and rv == ""
 
 
 def test_metadata_only_objects_are_presented_as_their_kind_and_scrubbed():
@@ -73,7 +73,7 @@ def test_metadata_only_objects_are_presented_as_their_kind_and_scrubbed():
                   transform=scrub_secret)
     line = orjson.dumps({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                          "metadata": {"name": "s", "annotations": {LAST_APPLIED: '{"data":{"p":"c2VjcmV0"}}', "x": "y"}}}})
-    (e,), _ = r._decode([line])
+    (e,), _, _ = r._decode([line])
     out = orjson.loads(e.object)
     assert out["kind"] == "Secret" and out["apiVersion"] == "v1"
     assert out["metadata"]["annotations"] == {"x": "y"} and b"c2VjcmV0" not in e.object
@@ -121,3 +121,25 @@ def test_memory_can_be_handed_back_on_this_platform():
         pytest.skip("malloc_trim and mallopt are glibc's")
     assert tune_allocator() is True
     assert release_free_memory() is True
+
+
+async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
+    from scaleagent.kube.client import ConnectionFailed
+    from scaleagent.kube.concurrency import all_or_first_error
+
+    cancelled = asyncio.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    async def broken() -> None:
+        await asyncio.sleep(0)
+        raise ConnectionFailed("cannot connect")
+
+    with pytest.raises(ConnectionFailed):
+        await all_or_first_error([slow(), broken()])
+    assert cancelled.is_set()
+    assert await all_or_first_error([asyncio.sleep(0, "a"), asyncio.sleep(0, "b")]) == ["a", "b"]

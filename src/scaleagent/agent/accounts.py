@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kube.client import KubeClient, KubeError
+from ..kube.client import APIError, KubeClient, KubeError
+from ..kube.concurrency import all_or_first_error
 from ..kube.credentials import CredentialsError, load_credentials
 from ..kube.discovery import KindInfo, discover, readable, select_kinds
 from ..kube.events import ObjectEvent
@@ -29,6 +30,8 @@ CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = "connecting", "syncing", "watchi
 # Discovery and access reviews are bursts of small requests; each request in flight at once is a
 # pooled TLS connection that outlives the burst. Two at a time keeps an account's pool small.
 REQUEST_PARALLELISM = 2
+# Consecutive failed attempts after which a watch makes its account report an error.
+FAILING_AFTER = 3
 
 
 @dataclass
@@ -51,7 +54,12 @@ class Watch:
 
     @property
     def label(self) -> str:
-        return self.kind.qualified + (f" in {self.namespace}" if self.namespace else "")
+        return _label(self.kind, self.namespace)
+
+
+def _label(kind: KindInfo, namespace: str | None) -> str:
+    """How a followed (kind, namespace) is named in /health."""
+    return kind.qualified + (f" in {namespace}" if namespace else "")
 
 
 @dataclass
@@ -67,6 +75,7 @@ class AccountRunner:
     version: str = ""
     since: float = field(default_factory=time.time)
     events: int = 0
+    relists_before: int = 0  # relists of watches since stopped, so the total never goes down
     watches: dict[tuple[KindInfo, str | None], Watch] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     unmatched: list[str] = field(default_factory=list)
@@ -86,8 +95,7 @@ class AccountRunner:
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])  # a cancellation of our caller still propagates
         await self._stop_watches(list(self.watches))
         await self._close_client()
         self.budget.forget(self.name)
@@ -120,6 +128,10 @@ class AccountRunner:
             except (CredentialsError, KubeError) as e:
                 await self._reset_connection()
                 self._set(ERROR, str(e))
+            except Exception as e:  # a server answering nonsense must not end the account silently
+                log.exception("account %s: unexpected failure", self.name)
+                await self._reset_connection()
+                self._set(ERROR, f"unexpected failure: {type(e).__name__}: {e}")
             await asyncio.sleep(backoff.next())
 
     async def _connect(self) -> None:
@@ -148,6 +160,8 @@ class AccountRunner:
                 backoff.reset()
                 wait = self.settings.discovery_interval
             except KubeError as e:
+                if isinstance(e, APIError) and e.status == 401:
+                    raise  # credentials no longer accepted (expired certificate, replaced token): reload them
                 # Reflectors keep resuming on their own; only discovery is retried here.
                 self._discovery_error = f"discovery failed: {e}"
                 wait = backoff.next()
@@ -175,6 +189,8 @@ class AccountRunner:
         wanted = self._wanted(found.kinds)
         for key in [k for k in self.watches if k not in wanted]:
             await self._stop_watches([key])
+        labels = {_label(*key) for key in wanted}
+        self.skipped = {k: v for k, v in self.skipped.items() if k in labels}  # gone kinds are not "skipped"
         checks = [key for key in wanted if key not in self.watches]
         limit = asyncio.Semaphore(REQUEST_PARALLELISM)
 
@@ -183,8 +199,8 @@ class AccountRunner:
                 ok, why = await readable(self._client, key[0], key[1])
             return key, ok, why
 
-        for key, ok, why in await asyncio.gather(*(check(k) for k in checks)):
-            label = key[0].qualified + (f" in {key[1]}" if key[1] else "")
+        for key, ok, why in await all_or_first_error(check(k) for k in checks):
+            label = _label(*key)
             if ok:
                 self.skipped.pop(label, None)
                 self._start_watch(*key)
@@ -229,31 +245,41 @@ class AccountRunner:
             watch.state, watch.reason = state, reason
             self._update_state()
 
+    @property
+    def relists(self) -> int:
+        return self.relists_before + sum(w.reflector.relists for w in self.watches.values())
+
     def _update_state(self) -> None:
         """Derived from the parts: connection problems are set by run() before a client exists."""
         if self._client is None:
             return
+        failing = [w for w in self.watches.values() if w.reflector.failures >= FAILING_AFTER]
         if self._discovery_error:
             self._set(ERROR, self._discovery_error)
+        elif failing:
+            first = failing[0]
+            more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
+            self._set(ERROR, f"watch of {first.label} keeps failing: {first.reason}{more}")
         elif all(w.reflector.synced.is_set() for w in self.watches.values()):
             self._set(WATCHING, "")
         else:
             self._set(SYNCING, "")
 
     async def _deliver(self, events: list[ObjectEvent]) -> None:
-        self.events += len(events)
         await self.sink.send(events)
+        self.events += len(events)
 
     async def _stop_watches(self, keys: list[tuple[KindInfo, str | None]]) -> None:
         tasks = []
         for key in keys:
             watch = self.watches.pop(key, None)
             if watch is not None:
+                self.relists_before += watch.reflector.relists
                 watch.task.cancel()
                 tasks.append(watch.task)
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if tasks:
+            # asyncio.wait: the watches' own cancellation stays theirs, ours still reaches us.
+            await asyncio.wait(tasks)
 
     def health(self) -> dict[str, Any]:
         states: dict[str, int] = {}

@@ -38,7 +38,7 @@ class _Collector:
                 counts[w.state] = counts.get(w.state, 0) + 1
             for s, n in counts.items():
                 watches.add_metric([r.name, s], n)
-            relists.add_metric([r.name], sum(w.reflector.relists for w in r.watches.values()))
+            relists.add_metric([r.name], r.relists)
             skipped.add_metric([r.name], len(r.skipped))
         yield from (state, events, watches, relists, skipped)
         yield GaugeMetricFamily("scale_agent_lists_running", "Initial LISTs running now", value=self.budget.running)

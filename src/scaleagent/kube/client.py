@@ -110,12 +110,15 @@ class KubeClient:
     async def stream(
         self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: bytes | None = None,
         accept: str | None = None, content_type: str | None = None, timeout: float | None = None,
-        bulk: bool = False,
+        bulk: bool = False, read_timeout: float | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A response whose body the caller reads; non-2xx statuses raise APIError first.
 
         A 401 makes the credentials refresh (rotated token, exec plugin) and is retried once.
-        `bulk` sends the request on a connection that closes afterwards (large bodies).
+        `bulk` sends the request on a connection that closes afterwards (large bodies);
+        `read_timeout` bounds the wait for each read (a dead peer cannot hold a stream forever).
+        Only failures of the request itself are translated: whatever the caller raises while it
+        holds the response passes through unchanged.
         """
         session = self._bulk if bulk else self._session
         for attempt in (1, 2):
@@ -123,21 +126,25 @@ class KubeClient:
                 headers = await self._headers(accept, content_type)
             except CredentialsError as e:
                 raise ConnectionFailed(str(e)) from None
-            client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timeout)
+            client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timeout, sock_read=read_timeout)
             try:
-                async with session.request(
-                    method, self.server + path, params=params, data=body, headers=headers, timeout=client_timeout,
-                    server_hostname=self.credentials.server_hostname,
-                ) as resp:
-                    if resp.status == 401 and attempt == 1:
-                        self.credentials.invalidate()
-                        continue
-                    if resp.status >= 400:
-                        raise APIError.from_response(resp.status, await resp.read())
-                    yield resp
-                    return
+                resp = await session.request(method, self.server + path, params=params, data=body, headers=headers,
+                                             timeout=client_timeout, server_hostname=self.credentials.server_hostname)
+                if resp.status == 401 and attempt == 1:
+                    resp.release()
+                    self.credentials.invalidate()
+                    continue
+                if resp.status >= 400:
+                    raw = await resp.read()
+                    resp.release()
+                    raise APIError.from_response(resp.status, raw)
             except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as e:
                 raise ConnectionFailed(describe_connection_error(self.server, e)) from e
+            try:
+                yield resp
+            finally:
+                resp.release()
+            return
 
     async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None,
                       accept: str | None = None, content_type: str | None = None, bulk: bool = False) -> Any:
@@ -146,7 +153,10 @@ class KubeClient:
         async with self.stream(method, path, params=params, body=data, accept=accept,
                                content_type=content_type or (JSON if data is not None else None),
                                timeout=self._timeout, bulk=bulk) as resp:
-            raw = await resp.read()
+            try:
+                raw = await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                raise ConnectionFailed(describe_connection_error(self.server, e)) from e
         try:
             return orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:

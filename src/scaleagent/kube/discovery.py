@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .client import APIError, KubeClient, KubeError
+from .concurrency import all_or_first_error
 
 LIST_WATCH = frozenset({"list", "watch"})
 
@@ -72,7 +73,7 @@ async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
                 failed[path.removeprefix("/apis/").removeprefix("/api/")] = str(e)
                 return []
 
-    results = await asyncio.gather(*(fetch(*w) for w in wanted))
+    results = await all_or_first_error(fetch(*w) for w in wanted)
     return Discovery(sorted(k for ks in results for k in ks), failed)
 
 

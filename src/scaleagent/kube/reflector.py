@@ -31,6 +31,10 @@ StateCallback = Callable[[str, str], None]
 META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 META_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 CHANGES = {ADDED, MODIFIED, DELETED}
+SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with nothing delivered counts as a failure
+RELIST_SPACING = 5.0  # seconds: a relist sooner than this after the previous one waits for backoff
+HEALTHY_STREAM = 60.0  # seconds: a stream that broke after serving this long resets the backoff
+READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent connection counts as dead
 
 
 class Gone(Exception):
@@ -81,6 +85,8 @@ class Reflector:
         self.synced = asyncio.Event()
         self.relists = 0
         self.resumes = 0
+        self.failures = 0  # consecutive: how long this watch has been unable to make progress
+        self._stream_started: float | None = None
 
     @property
     def scope(self) -> str:
@@ -89,17 +95,27 @@ class Reflector:
     async def run(self) -> None:
         """List and watch until cancelled; raises Forbidden when the identity may not read the kind."""
         backoff = Backoff()
+        last_list = -1e9
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 if self.resource_version is None:
+                    if loop.time() - last_list < RELIST_SPACING:
+                        # A server that answers 410 right after a fresh list must not get a list storm.
+                        await self._pause(backoff, "the list expired again right away")
                     self.on_state("listing", "")
                     async with self.budget():
                         self.resource_version = await self._list()
+                    last_list = loop.time()
                     self.synced.set()
+                    self.failures = 0
+                started, delivered = loop.time(), await self._watch()
+                if loop.time() - started < SHORT_WATCH and not delivered:
+                    # client-go's "very short watch": treat as a failure, not as a reason to spin.
+                    await self._pause(backoff, "the watch ended at once without events")
+                else:
                     backoff.reset()
-                self.on_state("watching", "")
-                await self._watch()
-                backoff.reset()
+                    self.failures = 0
             except Gone:
                 self.relists += 1
                 self.resource_version = None
@@ -113,10 +129,16 @@ class Reflector:
                     continue
                 await self._pause(backoff, str(e))
             except ConnectionFailed as e:
+                if self._stream_lasted(loop):
+                    backoff.reset()  # a stream that served for a while earns a fresh start
                 await self._pause(backoff, str(e))
+
+    def _stream_lasted(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self._stream_started is not None and loop.time() - self._stream_started > HEALTHY_STREAM
 
     async def _pause(self, backoff: Backoff, reason: str) -> None:
         delay = backoff.next()
+        self.failures += 1
         self.on_state("backoff", reason)
         log.info("%s %s: %s; retrying in %.1fs", self.account, self.kind.qualified, reason, delay)
         await asyncio.sleep(delay)
@@ -167,12 +189,22 @@ class Reflector:
                 return rv
             del page, items
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Follow the stream until it ends; return how many events were delivered.
+
+        The resume point moves only after the handler has taken a batch, so an event the handler
+        did not accept is seen again after a restart.
+        """
+        timeout = random.randint(*self.watch_timeout)
         params = {**self._params(), "watch": "1", "allowWatchBookmarks": "true",
-                  "resourceVersion": self.resource_version or "",
-                  "timeoutSeconds": str(random.randint(*self.watch_timeout))}
+                  "resourceVersion": self.resource_version or "", "timeoutSeconds": str(timeout)}
+        delivered = 0
+        self._stream_started = asyncio.get_running_loop().time()
         async with self.client.stream("GET", self.kind.path(self.namespace), params=params,
-                                      accept=META_ONE if self.metadata_only else None) as resp:
+                                      accept=META_ONE if self.metadata_only else None,
+                                      read_timeout=timeout + READ_SLACK) as resp:
+            self.failures = 0  # the server accepted the watch: this kind is making progress again
+            self.on_state("watching", "")
             pending = b""
             chunks = resp.content.iter_any().__aiter__()
             while True:
@@ -188,16 +220,21 @@ class Reflector:
                 if b"\n" not in chunk:
                     continue
                 *lines, pending = pending.split(b"\n")
-                events, error = self._decode(lines)
+                events, error, rv = self._decode(lines)
                 if events:
                     await self.handler(events)
+                    delivered += len(events)
+                if rv:
+                    self.resource_version = rv
                 if error is not None:
                     raise error
         self.resumes += 1  # the server ended the watch (its timeout): resume
+        return delivered
 
-    def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None]:
-        """Events of complete lines, and the error that ends the stream if one came."""
+    def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None, str]:
+        """Events of complete lines, the error that ends the stream if one came, and the last version."""
         out: list[ObjectEvent] = []
+        rv = ""
         for line in lines:
             line = line.strip()
             if not line:
@@ -213,15 +250,13 @@ class Reflector:
                 prefix = b'{"type":"' + type_.encode() + b'","object":'
                 raw = line[len(prefix):-1] if line.startswith(prefix) and line.endswith(b"}") else None
                 event = self._encode(type_, obj, raw)
-                self.resource_version = event.resource_version or self.resource_version
+                rv = event.resource_version or rv
                 out.append(event)
             elif type_ == "BOOKMARK" and isinstance(obj, dict):
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
-                if rv:
-                    self.resource_version = rv
+                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
             elif type_ == "ERROR":
-                return out, self._watch_error(obj if isinstance(obj, dict) else {})
-        return out, None
+                return out, self._watch_error(obj if isinstance(obj, dict) else {}), rv
+        return out, None, rv
 
     @staticmethod
     def _watch_error(status: dict[str, Any]) -> Exception:
