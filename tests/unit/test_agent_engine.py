@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import orjson
 import pytest
@@ -143,3 +144,26 @@ async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
         await all_or_first_error([slow(), broken()])
     assert cancelled.is_set()
     assert await all_or_first_error([asyncio.sleep(0, "a"), asyncio.sleep(0, "b")]) == ["a", "b"]
+
+
+async def test_many_401s_at_once_refresh_the_credentials_once():
+    import ssl
+    from types import SimpleNamespace
+
+    from scaleagent.kube.credentials import Credentials
+
+    refreshes = []
+    tokens = itertools.count(1)
+
+    def refresh(cfg) -> None:  # what an exec plugin does: a new token each time it runs
+        refreshes.append(1)
+        cfg.api_key["BearerToken"] = f"Bearer token-{next(tokens)}"
+
+    cfg = SimpleNamespace(api_key={"BearerToken": "Bearer token-0"}, refresh_api_key_hook=refresh)
+    creds = Credentials("https://k", ssl.create_default_context(), None, "test", cfg)
+    sent = await creds.authorization()
+    refreshes.clear()
+    for _ in range(10):  # ten watches were refused the same token
+        creds.invalidate(rejected=sent)
+        await creds.authorization()
+    assert len(refreshes) == 1 and await creds.authorization() == "Bearer token-2"

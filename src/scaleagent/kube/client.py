@@ -132,7 +132,7 @@ class KubeClient:
                                              timeout=client_timeout, server_hostname=self.credentials.server_hostname)
                 if resp.status == 401 and attempt == 1:
                     resp.release()
-                    self.credentials.invalidate()
+                    self.credentials.invalidate(rejected=headers.get("Authorization"))
                     continue
                 if resp.status >= 400:
                     raw = await resp.read()

@@ -55,14 +55,24 @@ class Credentials:
                     except Exception as e:  # an exec plugin that fails, a token file that vanished
                         raise CredentialsError(f"{self.source}: refreshing credentials failed: {e}") from None
                     self._checked = time.monotonic()
+        return self._current()
+
+    def _current(self) -> str | None:
         keys = self._configuration.api_key
         token = keys.get("BearerToken") or keys.get("authorization")
         if not token:
             return None
         return token if token.lower().startswith("bearer ") else f"Bearer {token}"
 
-    def invalidate(self) -> None:
-        """After a 401: make the loader re-run its exec plugin or re-read its token file next time."""
+    def invalidate(self, rejected: str | None = None) -> None:
+        """After a 401: make the loader re-run its exec plugin or re-read its token file next time.
+
+        `rejected` is the Authorization value the server refused. When many watches get a 401 at
+        once, only the first makes a refresh happen; the others find the credentials already
+        renewed since they sent theirs, and leave them alone.
+        """
+        if rejected is not None and rejected != self._current():
+            return
         self._checked = 0.0
         loader = getattr(self._configuration, "_scale_agent_loader", None)
         if loader is None:
