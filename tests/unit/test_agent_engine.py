@@ -167,3 +167,12 @@ async def test_many_401s_at_once_refresh_the_credentials_once():
         creds.invalidate(rejected=sent)
         await creds.authorization()
     assert len(refreshes) == 1 and await creds.authorization() == "Bearer token-2"
+
+
+async def test_a_long_stream_excuses_only_its_own_failure_from_backoff():
+    r = reflector()
+    loop = asyncio.get_running_loop()
+    r._stream_started = loop.time() - 120  # a watch that served two minutes, then broke
+    assert r._stream_lasted(loop) is True
+    # The relist that follows fails to connect: that failure must back off, not start over.
+    assert r._stream_lasted(loop) is False

@@ -134,7 +134,10 @@ class Reflector:
                 await self._pause(backoff, str(e))
 
     def _stream_lasted(self, loop: asyncio.AbstractEventLoop) -> bool:
-        return self._stream_started is not None and loop.time() - self._stream_started > HEALTHY_STREAM
+        """Whether the stream that just failed had served long enough; asked once per stream, so a
+        later failure (a relist that cannot connect, say) is not excused by an old stream's age."""
+        started, self._stream_started = self._stream_started, None
+        return started is not None and loop.time() - started > HEALTHY_STREAM
 
     async def _pause(self, backoff: Backoff, reason: str) -> None:
         delay = backoff.next()
