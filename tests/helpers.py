@@ -95,7 +95,6 @@ class AgentProcess:
 
     def __init__(self, config_path: Path, extra_env: dict[str, str] | None = None) -> None:
         import json
-        import queue
         import threading
 
         self._json = json
@@ -107,7 +106,6 @@ class AgentProcess:
         self._new = threading.Condition()
         threading.Thread(target=self._read_events, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
-        self._queue = queue
 
     def _read_events(self) -> None:
         for line in self.proc.stdout:

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 
 import aiohttp
-import pytest
 import yaml
 
 

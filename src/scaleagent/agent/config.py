@@ -238,12 +238,14 @@ class AccountConfig(_Model):
                 )
         return value
 
-    @field_validator("kinds", "omit_kinds")
+    @field_validator("kinds", "omit_kinds", "custom_resource_definitions")
     @classmethod
-    def _kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _kinds(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """`Kind` or `Kind.group`; custom resources always need their group."""
+        need_group = info.field_name == "custom_resource_definitions"
         for i, kind in enumerate(value):
             try:
-                _check_kind(kind, need_group=False)
+                _check_kind(kind, need_group=need_group)
             except PydanticCustomError as e:
                 raise _fail(e.context["message"], i) from None
         return value
@@ -267,16 +269,6 @@ class AccountConfig(_Model):
                     raise _fail(f"expected a string, got {_describe(item)}", i, "kind")
             items.append(item)
         return tuple(items)
-
-    @field_validator("custom_resource_definitions")
-    @classmethod
-    def _crds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for i, kind in enumerate(value):
-            try:
-                _check_kind(kind, need_group=True)
-            except PydanticCustomError as e:
-                raise _fail(e.context["message"], i) from None
-        return value
 
     @model_validator(mode="after")
     def _rules(self) -> AccountConfig:

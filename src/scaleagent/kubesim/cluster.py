@@ -18,7 +18,7 @@ from .openapi import FieldValidator
 from .errors import StatusError, already_exists, bad_request, conflict, not_found
 from .rbac import Attributes, Authorizer, UserInfo, bootstrap_objects
 from .resources import Registry, ResourceType
-from .store import ADDED, DELETED, MODIFIED, Event, Store
+from .store import ADDED, DELETED, MODIFIED, Store
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Fields a client may not change: the server owns them.
@@ -167,7 +167,7 @@ class Cluster:
     ) -> dict[str, Any]:
         """Create an object. `field_validation` None (internal writers) skips the unknown-field check."""
         if "create" not in rt.verbs:
-            raise StatusError(405, f"the server does not allow this method on the requested resource")
+            raise StatusError(405, "the server does not allow this method on the requested resource")
         obj = copy.deepcopy(validation.check_type(obj))
         self._identity(rt, namespace, obj)
         obj = self._known_fields(rt, obj, field_validation, warnings)

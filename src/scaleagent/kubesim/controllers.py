@@ -17,7 +17,6 @@ import orjson
 from .cluster import Cluster, now_rfc3339
 from .errors import StatusError
 from .resources import ResourceType
-from .selectors import label_selector_from_dict
 from .store import DELETED, Event
 
 log = logging.getLogger("scaleagent.kubesim.controllers")

@@ -25,7 +25,7 @@ _PATH_NAMED = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 def name_problems(rt: ResourceType, name: str) -> list[str]:
     if rt.kind in _PATH_NAMED and rt.group == "rbac.authorization.k8s.io":
         if name in (".", "..") or "/" in name or "%" in name:
-            return [f'may not contain "/" or "%" or be "." or ".."']
+            return ['may not contain "/" or "%" or be "." or ".."']
         return []
     if (rt.group, rt.kind) in _LABEL_NAMED:
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
