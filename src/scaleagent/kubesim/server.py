@@ -15,7 +15,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import openapi, openapi_v2, tables, yamlbody
+from . import openapi, openapi_v2, patching, tables, yamlbody
 from .cluster import PATCH_TYPES, Cluster
 from .errors import StatusError, bad_request, forbidden, invalid, status_body
 from .rbac import Attributes, UserInfo
@@ -450,8 +450,6 @@ class APIServer:
         current = _scale_of(obj)
         if req.verb == "patch":
             ptype = PATCH_TYPES.get(request.content_type.lower())
-            from . import patching
-
             try:
                 if ptype == "json":
                     wanted = patching.apply_json_patch(current, body)
