@@ -2,7 +2,7 @@
 
 import pytest
 
-from scaleagent.kubesim.selectors import (
+from scaleagent.kube.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,

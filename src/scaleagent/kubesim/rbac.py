@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .selectors import SelectorError, _go_quote, label_selector_from_dict
+from ..kube.selectors import SelectorError, _go_quote, label_selector_from_dict
 
 __all__ = [
     "UserInfo",

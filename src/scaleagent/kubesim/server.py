@@ -20,7 +20,7 @@ from .cluster import PATCH_TYPES, Cluster
 from .errors import StatusError, bad_request, forbidden, invalid, status_body
 from .rbac import Attributes, UserInfo
 from .resources import SUBRESOURCE_VERBS, ResourceType
-from .selectors import SelectorError, object_fields, parse_field_selector, parse_label_selector, supported_fields
+from ..kube.selectors import SelectorError, object_fields, parse_field_selector, parse_label_selector, supported_fields
 from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import StatusError, invalid
 from .resources import ResourceType
-from .selectors import SelectorError, label_selector_from_dict
+from ..kube.selectors import SelectorError, label_selector_from_dict
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
