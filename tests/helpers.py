@@ -91,16 +91,17 @@ def start_kubesim(kubeconfig_dir: Path, *args: str) -> KubesimProcess:
 
 
 class AgentProcess:
-    """`scale-agent agent --print-events` with its event lines collected as they arrive."""
+    """`scale-agent agent` with its event lines (`--print-events`) or its log collected as they arrive."""
 
-    def __init__(self, config_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, config_path: Path, extra_env: dict[str, str] | None = None, *, print_events: bool = True) -> None:
         import json
         import threading
 
         self._json = json
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
-        self.proc = subprocess.Popen([*CLI, "--log-level", "DEBUG", "agent", "--config", str(config_path),
-                                      "--print-events"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        mode = ["--print-events"] if print_events else []
+        self.proc = subprocess.Popen([*CLI, "--log-level", "DEBUG", "agent", "--config", str(config_path), *mode],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.events: list[dict] = []
         self.stderr: list[str] = []
         self._new = threading.Condition()
@@ -251,3 +252,126 @@ class TcpProxy:
         self.refusing = True
         self.cut()
         self.listener.close()
+
+
+class HubProcess:
+    """`scale-agent hub` on free ports, its log collected, its HTTP API at hand."""
+
+    def __init__(self, config_path: Path | None = None, *args: str, extra_env: dict[str, str] | None = None) -> None:
+        import threading
+
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+        config = ["--config", str(config_path)] if config_path else []
+        self.proc = subprocess.Popen([*CLI, "--log-level", "DEBUG", "hub", *config, *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        self.log: list[str] = []
+        self._new = threading.Condition()
+        threading.Thread(target=self._read_log, daemon=True).start()
+        line = self.wait_log(r"gRPC on \S+, HTTP on http://", 30, "the hub's start line")
+        m = re.search(r"gRPC on (\S+), HTTP on (http://\S+)", line)
+        self.grpc_target, self.url = m.group(1), m.group(2)
+        self.grpc_port = int(self.grpc_target.rsplit(":", 1)[1])
+
+    def _read_log(self) -> None:
+        for line in self.proc.stderr:
+            with self._new:
+                self.log.append(line.decode(errors="replace").rstrip())
+                self._new.notify_all()
+        with self._new:
+            self._new.notify_all()
+
+    def wait_log(self, pattern: str, timeout: float = 30.0, what: str = "a log line") -> str:
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while True:
+                for line in self.log:
+                    if re.search(pattern, line):
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(f"no {what} ({pattern!r}) within {timeout}s; hub log:\n" + "\n".join(self.log[-20:]))
+                self._new.wait(remaining)
+
+    def get(self, path: str) -> tuple[int, object]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def json(self, path: str) -> object:
+        status, doc = self.get(path)
+        assert status == 200, (path, status, doc)
+        return doc
+
+    def wait_until(self, path: str, predicate, timeout: float = 60.0, what: str = "a state") -> object:
+        """Poll a read endpoint until predicate holds on its answer: what a user of the API would see."""
+        deadline = time.monotonic() + timeout
+        doc: object = None
+        while time.monotonic() < deadline:
+            status, doc = self.get(path)
+            if status == 200 and predicate(doc):
+                return doc
+            if self.proc.poll() is not None:
+                break
+            with self._new:
+                self._new.wait(0.05)
+        raise TimeoutError(f"no {what} at {path} within {timeout}s; last answer: {str(doc)[:2000]}\nhub log:\n"
+                           + "\n".join(self.log[-20:]))
+
+    def objects(self, account: str, query: str = "") -> list[dict]:
+        return self.json(f"/api/v1/accounts/{account}/objects{query}")["items"]  # type: ignore[index]
+
+    def stop(self) -> int:
+        return stop_process(self.proc)
+
+
+@dataclass
+class HubPki:
+    """A CA, the hub's certificate for localhost, a client certificate it signed, and one it did not."""
+
+    dir: Path
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+    stranger_cert: Path
+    stranger_key: Path
+
+
+def make_hub_pki(directory: Path) -> HubPki:
+    import trustme
+
+    ca, other = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    client = ca.issue_cert("agent.scale-agent.test")
+    stranger = other.issue_cert("agent.scale-agent.test")
+    files = {}
+    for name, blob in (("ca.pem", ca.cert_pem), ("hub.pem", server.cert_chain_pems[0]),
+                       ("hub-key.pem", server.private_key_pem), ("agent.pem", client.cert_chain_pems[0]),
+                       ("agent-key.pem", client.private_key_pem), ("stranger.pem", stranger.cert_chain_pems[0]),
+                       ("stranger-key.pem", stranger.private_key_pem)):
+        files[name] = directory / name
+        blob.write_to_path(str(files[name]))
+    return HubPki(directory, files["ca.pem"], files["hub.pem"], files["hub-key.pem"], files["agent.pem"],
+                  files["agent-key.pem"], files["stranger.pem"], files["stranger-key.pem"])
+
+
+def write_yaml(path: Path, doc: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

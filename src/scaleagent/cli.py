@@ -7,7 +7,9 @@ import logging
 import sys
 
 from . import __version__
+from . import demo as demo_command
 from .agent import command as agent_command
+from .hub import command as hub_command
 from .kubesim import command as kubesim_command
 
 
@@ -17,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     agent_command.add_parser(sub)
+    hub_command.add_parser(sub)
+    demo_command.add_parser(sub)
     kubesim_command.add_parser(sub)
     return parser
 

@@ -63,7 +63,7 @@ def test_every_listable_kind_is_snapshotted_then_changes_stream(kubesim, namespa
     core_kinds = {r.kind for r in served if "/" not in r.name and {"list", "watch"} <= set(r.verbs)}
     assert core_kinds <= set(a0["kinds"])
     assert {"Deployment.apps", "Job.batch", "CustomResourceDefinition.apiextensions.k8s.io"} <= set(a0["kinds"])
-    assert a0["host"].startswith("127.0.0.1:") and len(a0["certificateFingerprint"]) == 95
+    assert a0["host"].startswith("https://127.0.0.1:") and len(a0["certificateFingerprint"]) == 95
     assert a0["serverVersion"] == "v1.30.0"
     for kind in ("Namespace", "ConfigMap", "Deployment"):
         agent.wait_for(is_("SNAPSHOT_END", kind), what=f"{kind} snapshot")

@@ -2,29 +2,53 @@
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import re
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import read_until  # noqa: E402
+from helpers import free_port, read_until  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def test_demo_starts_clusters_reachable_with_the_written_kubeconfig(tmp_path):
-    kubectl_bin = shutil.which("kubectl") or "kubectl"
-    proc = subprocess.Popen([str(ROOT / "scripts" / "demo"), "--kubeconfig-dir", str(tmp_path)],
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_demo_shows_three_clusters_in_one_hub_and_stops_cleanly_on_ctrl_c(tmp_path):
+    proc = subprocess.Popen([str(ROOT / "scripts" / "demo"), "--dir", str(tmp_path), "--grpc-port", str(free_port()),
+                             "--http-port", str(free_port())],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        lines = read_until(proc, r"kubesim: ready", timeout=300)
-        assert sum("kubesim: cluster" in line for line in lines) == 3
-        out = subprocess.run([kubectl_bin, "--kubeconfig", str(tmp_path / "kubesim-0.yaml"), "get", "namespaces"],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0 and "default" in out.stdout
+        lines = read_until(proc, r"Ctrl-C stops everything", timeout=300)
+        text = "\n".join(lines)
+        pids = [int(p) for p in re.findall(r"started \w+ \(pid (\d+)\)", text)]
+        assert len(pids) == 3
+        http = re.search(r"hub HTTP API\s+(http://\S+)", text).group(1)
+        assert f"curl -s {http}/api/v1/accounts" in text
+        deadline = time.monotonic() + 120
+        while True:  # the user's view: every cluster's objects readable from the hub
+            accounts = _get(http + "/api/v1/accounts")
+            if len(accounts) == 3 and all(a["agentState"] == "watching" and a["objects"] > 0 for a in accounts):
+                break
+            assert time.monotonic() < deadline, accounts
+            time.sleep(0.2)
+        assert {a["name"] for a in accounts} == {"cluster-0", "cluster-1", "cluster-2"}
+        assert _get(http + "/api/v1/accounts/cluster-0/objects?kind=Namespace")["items"]
     finally:
         os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=60) == 0
+    for pid in pids:  # nothing left behind
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"child {pid} still running after the demo stopped")

@@ -22,7 +22,7 @@ from ..kube.events import ObjectEvent
 from ..kube.reflector import Backoff, Forbidden, Reflector
 from .budget import Budget
 from .scrub import is_secret, transform_for
-from .sinks import Sink
+from .sinks import AccountDescription, Sink
 
 log = logging.getLogger("scaleagent.agent.accounts")
 
@@ -117,6 +117,27 @@ class AccountRunner:
             else:
                 log.info("account %s: %s%s", self.name, state, f" ({reason})" if reason else "")
             self.state, self.reason, self.since = state, reason, time.time()
+            self.sink.describe(self.description())
+
+    def description(self) -> AccountDescription:
+        """The account as the hub sees it: its cluster's identity, its configuration, its state."""
+        cfg = self.config
+        properties = {key: value for key, value in (
+            ("namespaces", list(cfg.namespaces)), ("omitNamespaces", list(cfg.omit_namespaces)),
+            ("kinds", list(cfg.kinds)), ("omitKinds", list(cfg.omit_kinds)),
+            ("customResourceDefinitions", list(cfg.custom_resource_definitions)),
+            ("onlyNamespacedResources", cfg.only_namespaced_resources), ("context", cfg.context),
+        ) if value}
+        return AccountDescription(self.name, self.state, self.reason, self.host, self.fingerprint, self.version,
+                                  properties, sorted({w.kind.qualified for w in self.watches.values()}))
+
+    def set_rejected(self, reason: str) -> None:
+        self._set(ERROR, f"rejected by the hub: {reason}")
+
+    async def restart(self) -> None:
+        """Start over from a fresh connection: every kind is listed (and so snapshotted) again."""
+        await self.stop()
+        self.start()
 
     async def run(self) -> None:
         backoff = Backoff(initial=1.0, maximum=60.0)
@@ -143,7 +164,8 @@ class AccountRunner:
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
         self.fingerprint = await self._client.server_certificate_fingerprint() or ""
-        self.host = creds.host
+        self.host = creds.server  # the API server URL, as Clouddriver records it
+        self.sink.describe(self.description())  # the hub checks the cluster's identity before any event
 
     async def _close_client(self) -> None:
         if self._client is not None:
@@ -206,6 +228,7 @@ class AccountRunner:
                 self._start_watch(*key)
             else:
                 self.skipped[label] = why
+        self.sink.describe(self.description())
 
     def _start_watch(self, kind: KindInfo, namespace: str | None) -> None:
         assert self._client is not None
@@ -326,6 +349,21 @@ class AccountManager:
     async def stop(self) -> None:
         await asyncio.gather(*(r.stop() for r in self.runners.values()))
         self.runners.clear()
+
+    def descriptions(self) -> list[AccountDescription]:
+        return [r.description() for r in self.runners.values()]
+
+    async def resync(self, name: str | None = None) -> None:
+        """Relist one account, or all: how the hub converges after events may have been lost."""
+        runners = [self.runners[name]] if name in self.runners else [] if name else list(self.runners.values())
+        await asyncio.gather(*(r.restart() for r in runners))
+
+    async def reject(self, name: str, reason: str) -> None:
+        """The hub refused the account (another cluster has its name): stop it until the next resync."""
+        runner = self.runners.get(name)
+        if runner is not None:
+            await runner.stop()
+            runner.set_rejected(reason)
 
     def health(self) -> dict[str, Any]:
         accounts = [r.health() for r in self.runners.values()]

@@ -16,8 +16,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("agent", help="watch Kubernetes accounts and stream their changes",
                        description="Follow every kind of every configured account (an armory-agent.yml file).")
     p.add_argument("--config", type=Path, required=True, metavar="FILE", help="agent configuration (YAML)")
-    p.add_argument("--print-events", action="store_true",
-                   help="write one JSON line per event to stdout (for debugging; jq-friendly)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--print-events", action="store_true",
+                      help="write one JSON line per event to stdout instead of sending it to the hub "
+                           "(for debugging; jq-friendly)")
+    mode.add_argument("--no-hub", action="store_true",
+                      help="count events and drop them instead of sending them to the hub (for measuring "
+                           "the watch engine alone)")
     p.set_defaults(func=run)
 
 
@@ -29,18 +34,17 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"scale-agent agent: {e}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config, args.print_events))
+    return asyncio.run(_serve(config, args.print_events, args.no_hub))
 
 
-async def _serve(config, print_events: bool) -> int:  # noqa: ANN001
+async def _serve(config, print_events: bool, no_hub: bool) -> int:  # noqa: ANN001
+    from .link import HubLink
     from .memory import tune_allocator
-    from .service import Agent
+    from .service import Agent, link_settings
     from .sinks import CountingSink, PrintSink
 
     tune_allocator()
-    sink = PrintSink() if print_events else CountingSink()
-    if not print_events:
-        log.info("no hub link yet: events are counted (see /metrics); use --print-events to see them")
+    sink = PrintSink() if print_events else CountingSink() if no_hub else HubLink(link_settings(config))
     agent = Agent(config, sink)
     try:
         await agent.start()

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .accounts import WATCHING, AccountManager
 from .budget import Budget
+from .link import HubLink
 
 STATES = ("connecting", "syncing", "watching", "error")
 
@@ -45,16 +46,23 @@ class _Collector:
         yield GaugeMetricFamily("scale_agent_lists_peak", "Most LISTs that ran at once", value=self.budget.peak)
 
 
-def health_app(manager: AccountManager, budget: Budget) -> web.Application:
+def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = None) -> web.Application:
     registry = CollectorRegistry()
     registry.register(_Collector(manager, budget))
 
     async def health(_: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps(manager.health(), option=orjson.OPT_INDENT_2),
+        doc = manager.health()
+        if link is not None:
+            doc["hub"] = link.health()
+            if link.state != "connected":
+                doc["status"] = "degraded"
+        return web.Response(body=orjson.dumps(doc, option=orjson.OPT_INDENT_2),
                             content_type="application/json")
 
     async def ready(_: web.Request) -> web.Response:
         not_ready = [r.name for r in manager.runners.values() if r.state != WATCHING]
+        if link is not None and link.state != "connected":
+            not_ready.append(f"hub link ({link.reason or link.state})")
         if not_ready:
             return web.json_response({"ready": False, "waitingFor": not_ready}, status=503)
         return web.json_response({"ready": True})

@@ -10,6 +10,7 @@ from .accounts import AccountManager, EngineSettings
 from .budget import Budget
 from .config import AgentConfig
 from .health import health_app
+from .link import HubLink, LinkSettings, default_agent_id
 from .memory import Releaser
 from .sinks import Sink
 
@@ -24,18 +25,22 @@ class Agent:
         self.budget = Budget(config.tasks.total_budget, config.tasks.budget_per_account,
                              on_idle=self.releaser.burst_ended)
         self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds)
+        self.sink = sink
         self.accounts = AccountManager(self.settings, sink, self.budget)
         self._runner: web.AppRunner | None = None
         self.health_url = ""
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(health_app(self.accounts, self.budget), access_log=None)
+        link = self.sink if isinstance(self.sink, HubLink) else None
+        self._runner = web.AppRunner(health_app(self.accounts, self.budget, link), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.server.host, self.config.server.port)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.health_url = f"http://{host}:{port}"
         self.releaser.start()
+        if isinstance(self.sink, HubLink):
+            self.sink.start(self.accounts)
         for account in self.config.kubernetes.accounts:
             self.accounts.add(account)
         log.info("agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts),
@@ -44,5 +49,20 @@ class Agent:
     async def stop(self) -> None:
         self.releaser.cancel()
         await self.accounts.stop()
+        if isinstance(self.sink, HubLink):
+            await self.sink.stop()
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def link_settings(config: AgentConfig) -> LinkSettings:
+    """The hub connection as the `clouddriver` section describes it."""
+    c = config.clouddriver
+    return LinkSettings(
+        target=c.grpc, insecure=c.insecure, server_name=c.tls.server_name,
+        insecure_skip_verify=c.tls.insecure_skip_verify, client_cert_file=c.tls.client_cert_file,
+        client_key_file=c.tls.client_key_file, cacert_file=c.tls.cacert_file,
+        token=c.auth.token.get_secret_value(), keep_alive_seconds=c.keep_alive_heartbeat_seconds,
+        agent_id=default_agent_id(), zone_id=config.zone_id or "",
+        dynamic_accounts_enabled=config.dynamic_accounts_enabled,
+    )

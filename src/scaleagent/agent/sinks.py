@@ -1,19 +1,37 @@
-"""Where the watch engine hands its events: the hub link later, stdout or a counter now."""
+"""Where the watch engine hands its events: the hub link (link.py), stdout, or a counter."""
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import BinaryIO, Protocol
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 
 from ..kube.events import ObjectEvent
 
 
+@dataclass
+class AccountDescription:
+    """What the hub is told about an account: which cluster it is, and how its watch is going."""
+
+    name: str
+    state: str
+    reason: str = ""
+    host: str = ""
+    fingerprint: str = ""
+    version: str = ""
+    properties: dict[str, Any] = field(default_factory=dict)
+    kinds: list[str] = field(default_factory=list)
+
+
 class Sink(Protocol):
     async def send(self, events: list[ObjectEvent]) -> None:
         """Take a batch. Awaiting it is the backpressure: a slow consumer slows the watches."""
+
+    def describe(self, account: AccountDescription) -> None:
+        """An account's identity or state changed; called before its first events are sent."""
 
 
 def event_json(e: ObjectEvent) -> bytes:
@@ -30,6 +48,9 @@ class PrintSink:
     def __init__(self, out: BinaryIO | None = None) -> None:
         self.out = out or sys.stdout.buffer
 
+    def describe(self, account: AccountDescription) -> None:
+        pass
+
     async def send(self, events: list[ObjectEvent]) -> None:
         self.out.write(b"".join(event_json(e) + b"\n" for e in events))
         self.out.flush()
@@ -41,6 +62,9 @@ class CountingSink:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.bytes = 0
+
+    def describe(self, account: AccountDescription) -> None:
+        pass
 
     async def send(self, events: list[ObjectEvent]) -> None:
         for e in events:

@@ -1,0 +1,378 @@
+"""The agent's one outbound connection to the hub, and the watch engine's sink while it runs.
+
+Events are queued per connection ("epoch"): whatever was queued or in flight when a connection
+broke is dropped, and after a reconnect every account relists, so the hub converges on a fresh
+snapshot rather than on a replay of what might have been missed. Awaiting `send` is the
+backpressure: it blocks while there is no connection, while the queue is full, and (through the
+acknowledgement window) while the hub is behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf import struct_pb2
+
+from .. import __version__
+from ..kube.events import ObjectEvent
+from ..kube.reflector import Backoff
+from ..protocol import EVENT_TYPES, PROTOCOL_VERSION, pb, pb_grpc
+from .sinks import AccountDescription
+
+log = logging.getLogger("scaleagent.agent.link")
+
+# A Welcome that does not come within this time means the peer is not a hub (or is stuck).
+WELCOME_TIMEOUT = 15.0
+# Room left in a message for the batch's own framing when filling it up to the hub's limit.
+FRAMING_MARGIN = 64 * 1024
+
+
+class Accounts(Protocol):
+    """What the link needs from the account manager."""
+
+    def descriptions(self) -> list[AccountDescription]: ...
+
+    async def resync(self, name: str | None = None) -> None: ...
+
+    async def reject(self, name: str, reason: str) -> None: ...
+
+
+@dataclass
+class LinkSettings:
+    target: str
+    insecure: bool = False
+    server_name: str = ""
+    insecure_skip_verify: bool = False
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    cacert_file: Path | None = None
+    token: str = field(default="", repr=False)
+    keep_alive_seconds: int = 10
+    agent_id: str = ""
+    zone_id: str = ""
+    dynamic_accounts_enabled: bool = True
+    batch_events: int = 1000
+    linger_seconds: float = 0.002
+    window: int = 8
+    queue_batches: int = 64
+
+
+class LinkError(Exception):
+    """The hub refused this agent or answered something that is not the protocol."""
+
+
+class HubLink:
+    """Connects, says Hello, streams batches, and starts over with backoff when anything breaks."""
+
+    def __init__(self, settings: LinkSettings) -> None:
+        self.settings = settings
+        self.accounts: Accounts | None = None
+        self.state = "connecting"
+        self.reason = ""
+        self.session_id = ""
+        self.connected_since = 0.0
+        self.connects = 0
+        self.batches_acked = 0
+        self.events_sent = 0
+        self.dropped_oversize = 0
+        self._epoch = 0
+        self._connected = asyncio.Event()
+        self._queue: asyncio.Queue[tuple[int, list[ObjectEvent]]] = asyncio.Queue(settings.queue_batches)
+        self._described: dict[str, AccountDescription] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._max_bytes = 4 * 1024 * 1024
+
+    # --- the sink side, called by the watch engine ------------------------------------------------
+
+    async def send(self, events: list[ObjectEvent]) -> None:
+        while True:
+            await self._connected.wait()
+            epoch = self._epoch
+            await self._queue.put((epoch, events))
+            if epoch == self._epoch:
+                return
+            # The connection changed while we waited for room: this account will be resynced.
+
+    def describe(self, account: AccountDescription) -> None:
+        """Sent before the next batch, so the hub knows an account before its events arrive."""
+        self._described[account.name] = account
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self, accounts: Accounts) -> None:
+        self.accounts = accounts
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="hub link")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task])
+
+    def health(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"hub": self.settings.target, "state": self.state, "sessionId": self.session_id,
+                               "connects": self.connects, "batchesAcknowledged": self.batches_acked,
+                               "eventsSent": self.events_sent}
+        if self.reason:
+            doc["reason"] = self.reason
+        if self.connected_since:
+            doc["connectedSince"] = self.connected_since
+        return doc
+
+    async def _run(self) -> None:
+        backoff = Backoff(initial=0.5, maximum=30.0)
+        while True:
+            try:
+                await self._session(backoff)
+            except asyncio.CancelledError:
+                raise
+            except LinkError as e:
+                self._down(str(e))
+            except grpc.aio.AioRpcError as e:
+                self._down(_rpc_reason(e))
+            except (OSError, ssl.SSLError, ValueError) as e:
+                self._down(f"{type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - a bug must not end the link for good
+                log.exception("hub link: unexpected failure")
+                self._down(f"unexpected failure: {type(e).__name__}: {e}")
+            await asyncio.sleep(backoff.next())
+
+    def _down(self, reason: str) -> None:
+        if self._connected.is_set() or self.state != "disconnected" or reason != self.reason:
+            log.warning("hub link to %s: %s", self.settings.target, reason)
+        self._connected.clear()
+        self._epoch += 1
+        self.state, self.reason, self.session_id, self.connected_since = "disconnected", reason, "", 0.0
+
+    async def _session(self, backoff: Backoff) -> None:
+        assert self.accounts is not None
+        s = self.settings
+        presented = None
+        if s.insecure_skip_verify and not s.insecure:
+            presented = await asyncio.to_thread(_presented_certificate, s.target)
+        channel = _channel(s, presented)
+        try:
+            stub = pb_grpc.AgentLinkStub(channel)
+            metadata = (("authorization", f"Bearer {s.token}"),) if s.token else ()
+            caching = stub.Caching(metadata=metadata)
+            self._described.clear()
+            await caching.write(pb.CachingMessage(hello=pb.Hello(
+                protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, zone_id=s.zone_id,
+                agent_version=__version__, dynamic_accounts_enabled=s.dynamic_accounts_enabled,
+                accounts=[_account_message(d) for d in self.accounts.descriptions()])))
+            welcome = await asyncio.wait_for(caching.read(), WELCOME_TIMEOUT)
+            if welcome is grpc.aio.EOF or not welcome.HasField("welcome"):
+                raise LinkError("the hub did not answer the hello with a welcome")
+            w = welcome.welcome
+            self.session_id = w.session_id
+            if w.max_message_bytes:
+                self._max_bytes = max(1024, w.max_message_bytes - FRAMING_MARGIN)
+            operations = stub.Operations(metadata=metadata)
+            await operations.write(pb.OperationsMessage(hello=pb.OperationsHello(
+                protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, session_id=w.session_id)))
+            first = self.connects == 0
+            self.connects += 1
+            log.info("hub link: connected to %s (replica %s, session %s)", s.target, w.hub_replica, w.session_id)
+            if not first:
+                # Whatever was in flight on the old connection is lost: every account relists.
+                await self.accounts.resync()
+            self._epoch += 1
+            self._drain_stale()
+            window = asyncio.Semaphore(s.window)
+            self.state, self.reason, self.connected_since = "connected", "", time.time()
+            self._connected.set()
+            backoff.reset()
+            tasks = [
+                asyncio.create_task(self._write(caching, window), name="hub link writer"),
+                asyncio.create_task(self._read(caching, window), name="hub link reader"),
+                asyncio.create_task(_answer_operations(operations), name="hub link operations"),
+            ]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()  # the failure that ended the session
+                raise LinkError("the hub closed the stream")
+            finally:
+                self._connected.clear()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.wait(tasks)
+        finally:
+            await channel.close(grace=None)
+
+    def _drain_stale(self) -> None:
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+    async def _next_batch(self) -> list[ObjectEvent]:
+        """Events of the current epoch, coalesced up to `batch_events` or `linger_seconds`."""
+        s = self.settings
+        while True:
+            epoch, events = await self._queue.get()
+            if epoch == self._epoch:
+                break
+        batch = list(events)
+        deadline = asyncio.get_running_loop().time() + s.linger_seconds
+        while len(batch) < s.batch_events:
+            try:
+                epoch, events = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                try:
+                    epoch, events = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            if epoch == self._epoch:
+                batch.extend(events)
+        return batch
+
+    async def _write(self, call: grpc.aio.StreamStreamCall, window: asyncio.Semaphore) -> None:
+        sequence = 0
+        while True:
+            batch = await self._next_batch()
+            await self._flush_descriptions(call)
+            for chunk in self._split(batch):
+                await window.acquire()
+                sequence += 1
+                await call.write(pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk)))
+                self.events_sent += len(chunk)
+
+    async def _flush_descriptions(self, call: grpc.aio.StreamStreamCall) -> None:
+        while self._described:
+            name = next(iter(self._described))
+            await call.write(pb.CachingMessage(account=_account_message(self._described.pop(name))))
+
+    def _split(self, batch: Sequence[ObjectEvent]) -> list[list[pb.Event]]:
+        """Protocol events in chunks that stay below the hub's message size limit."""
+        chunks: list[list[pb.Event]] = []
+        current: list[pb.Event] = []
+        size = 0
+        for e in batch:
+            ev = pb.Event(type=EVENT_TYPES[e.type], account=e.account, group=e.group, version=e.version, kind=e.kind,
+                          namespace=e.namespace, name=e.name, resource_version=e.resource_version,
+                          object=e.object or b"")
+            n = ev.ByteSize() + 8
+            if n > self._max_bytes:
+                self.dropped_oversize += 1
+                log.error("hub link: %s %s/%s of account %s is %d bytes, over the hub's message limit; not sent",
+                          e.kind, e.namespace, e.name, e.account, n)
+                continue
+            if current and size + n > self._max_bytes:
+                chunks.append(current)
+                current, size = [], 0
+            current.append(ev)
+            size += n
+        if current:
+            chunks.append(current)
+        return chunks
+
+    async def _read(self, call: grpc.aio.StreamStreamCall, window: asyncio.Semaphore) -> None:
+        assert self.accounts is not None
+        acked = 0
+        while True:
+            msg = await call.read()
+            if msg is grpc.aio.EOF:
+                return
+            which = msg.WhichOneof("message")
+            if which == "ack":
+                for _ in range(msg.ack.sequence - acked):
+                    window.release()
+                self.batches_acked += msg.ack.sequence - acked
+                acked = msg.ack.sequence
+            elif which == "account_rejected":
+                r = msg.account_rejected
+                log.error("hub link: the hub rejected account %s: %s", r.name, r.reason)
+                await self.accounts.reject(r.name, r.reason)
+            elif which == "resync":
+                await self.accounts.resync(msg.resync.account or None)
+
+
+async def _answer_operations(call: grpc.aio.StreamStreamCall) -> None:
+    """Operations are not executed yet (a later issue): each is answered with a clear refusal."""
+    while True:
+        op = await call.read()
+        if op is grpc.aio.EOF:
+            return
+        await call.write(pb.OperationsMessage(result=pb.OperationResult(
+            id=op.id, ok=False, error=pb.Status(code=501, reason="NotImplemented",
+                                                message="this agent does not execute operations yet"))))
+
+
+def _account_message(d: AccountDescription) -> pb.Account:
+    props = struct_pb2.Struct()
+    props.update(d.properties)
+    return pb.Account(name=d.name, state=d.state, reason=d.reason, api_host=d.host,
+                      certificate_fingerprint=d.fingerprint, server_version=d.version, properties=props,
+                      kinds=list(d.kinds))
+
+
+def _rpc_reason(e: grpc.aio.AioRpcError) -> str:
+    details = e.details() or ""
+    code = e.code().name if e.code() else "UNKNOWN"
+    return f"{code}: {details}" if details else code
+
+
+def _read(path: Path | None) -> bytes | None:
+    return path.read_bytes() if path is not None else None
+
+
+def _channel(s: LinkSettings, presented: tuple[bytes, str] | None) -> grpc.aio.Channel:
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ("grpc.enable_retries", 0),
+        # One connection, never a pool: the hub sees this agent as one session.
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+    if s.keep_alive_seconds > 0:
+        options += [
+            ("grpc.keepalive_time_ms", s.keep_alive_seconds * 1000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+    if s.insecure:
+        return grpc.aio.insecure_channel(s.target, options=options)
+    roots = _read(s.cacert_file)
+    if presented is not None:
+        # gRPC has no "don't verify": trust whatever certificate the hub presents right now.
+        roots, name = presented
+        options.append(("grpc.ssl_target_name_override", s.server_name or name))
+    elif s.server_name:
+        options.append(("grpc.ssl_target_name_override", s.server_name))
+    creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=_read(s.client_key_file),
+                                         certificate_chain=_read(s.client_cert_file))
+    return grpc.aio.secure_channel(s.target, creds, options=options)
+
+
+def _presented_certificate(target: str) -> tuple[bytes, str]:
+    """The hub's certificate as a trust root, and a name it is valid for."""
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    pem = ssl.get_server_certificate((host, int(port)), timeout=10)
+    name = host
+    with contextlib.suppress(Exception):
+        from cryptography import x509  # present with trustme; only used for this rarely used setting
+
+        cert = x509.load_pem_x509_certificate(pem.encode())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        dns = sans.get_values_for_type(x509.DNSName)
+        ips = [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+        name = dns[0] if dns else (ips[0] if ips else host)
+    return pem.encode(), name
+
+
+def default_agent_id() -> str:
+    """The host name: in Kubernetes the pod name, stable enough to recognise a restarted agent."""
+    return socket.gethostname()
+

@@ -1,0 +1,55 @@
+"""`scale-agent hub`: accept agents on the gRPC port and serve the HTTP API until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+log = logging.getLogger("scaleagent.hub")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hub", help="accept agents and serve the multi-cluster cache and API",
+                       description="Accept agent connections (gRPC) and serve the cache and REST API (HTTP).")
+    p.add_argument("--config", type=Path, metavar="FILE", help="hub configuration (YAML); defaults otherwise")
+    p.add_argument("--grpc-port", type=int, metavar="PORT", help="gRPC port for agents (default 9091; 0 = any free)")
+    p.add_argument("--http-port", type=int, metavar="PORT", help="HTTP API port (default 7002; 0 = any free)")
+    p.add_argument("--db", metavar="URL", help="database URL (default: a SQLite file, sqlite:///scale-agent-hub.db)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..configfile import ConfigError
+    from .config import load_hub_config
+
+    try:
+        config = load_hub_config(args.config).with_overrides(
+            grpc_port=args.grpc_port, http_port=args.http_port, database_url=args.db)
+    except ConfigError as e:
+        print(f"scale-agent hub: {e}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(config))
+
+
+async def serve(config) -> int:  # noqa: ANN001
+    from .service import Hub
+
+    hub = Hub(config)
+    try:
+        await hub.start()
+    except (OSError, RuntimeError) as e:
+        print(f"scale-agent hub: cannot start: {e}", file=sys.stderr)
+        await hub.stop()
+        return 1
+    print(f"scale-agent hub: gRPC on {hub.grpc_target}, HTTP on {hub.http_url}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await hub.stop()
+    return 0

@@ -1,0 +1,280 @@
+"""The hub's configuration file, validated into frozen models.
+
+`load_hub_config(path)` reads a YAML file (or nothing: every setting has a default), applies
+`SCALE_AGENT_HUB_*` environment overrides and returns a `HubConfig`; `HubConfig.with_overrides()`
+applies the command-line options on top, with the same checks. Reading, messages and overrides
+come from `scaleagent.configfile`, shared with the agent: the same mistakes get the same messages
+in both programs (file or variable, key path, what is wrong, "did you mean").
+
+Files named here (TLS) must exist when the configuration is loaded, because the hub needs them
+to start listening: a wrong path is reported with its key rather than as a TLS failure.
+Secrets (the agents' token, a password in the database URL) never appear in `repr()`, `str()` or
+an error message. See docs/hub-config.md for the user-facing reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    Field,
+    SecretStr,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ..configfile import ConfigError, ConfigFormat, ConfigModel, check_readable_file, describe, invalid, is_host, to_path
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "ENV_PREFIX",
+    "AuthConfig",
+    "DATABASES",
+    "ConfigError",
+    "DatabaseConfig",
+    "GrpcConfig",
+    "HubConfig",
+    "ServerConfig",
+    "SessionsConfig",
+    "TlsConfig",
+    "check_database_url",
+    "load_hub_config",
+    "redact_url",
+]
+
+ENV_PREFIX = "SCALE_AGENT_HUB_"
+"""Environment variables starting with this override the hub's settings (`..._SERVER__GRPC_PORT`)."""
+
+DEFAULT_DATABASE_URL = "sqlite:///scale-agent-hub.db"
+"""An SQLite file in the working directory: a single hub works without any database setup."""
+
+DATABASES = ("sqlite", "postgresql", "mysql", "mariadb")
+"""The SQLAlchemy dialects the hub supports (each may name a driver: `postgresql+asyncpg`)."""
+
+log = logging.getLogger("scaleagent.hub.config")
+
+_REPLICA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
+# SQLAlchemy's own URL grammar (sqlalchemy.engine.url), so that what passes here parses there.
+_URL = re.compile(
+    r"""(?P<scheme>[\w+]+)://
+        (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
+        (?:(?:\[(?P<ipv6host>[^/?]+)\]|(?P<ipv4host>[^/:?]+))?(?::(?P<port>[^/?]*))?)?
+        (?:/(?P<database>[^?]*))?
+        (?:\?(?P<query>.*))?""",
+    re.VERBOSE,
+)
+_URL_EXAMPLE = "e.g. 'sqlite:///scale-agent-hub.db' or 'postgresql+asyncpg://user:password@db.example.com:5432/hub'"
+
+
+class ServerConfig(ConfigModel):
+    """Where the hub listens: gRPC for agents, HTTP for the REST API, health and metrics."""
+
+    host: StrictStr = "127.0.0.1"
+    grpc_port: StrictInt = Field(9091, ge=0, le=65535)
+    http_port: StrictInt = Field(7002, ge=0, le=65535)
+    replica_name: StrictStr = Field("", validate_default=True)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not is_host(value):
+            raise invalid(
+                f"{value!r} is not a host name or IP address "
+                "(give the ports separately, in server.grpcPort and server.httpPort)"
+            )
+        return value
+
+    @field_validator("replica_name")
+    @classmethod
+    def _replica_name(cls, value: str) -> str:
+        """Empty means the host name, which differs between replicas without any setting."""
+        name = value or socket.gethostname()
+        if not _REPLICA_NAME.fullmatch(name):
+            raise invalid(
+                f"{name!r} is not a valid replica name: use 1-253 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServerConfig:
+        if self.grpc_port and self.grpc_port == self.http_port:
+            raise invalid(f"{self.http_port} is also server.grpcPort: give each its own port (or 0)", "httpPort")
+        return self
+
+
+class TlsConfig(ConfigModel):
+    """TLS for the gRPC port; with `clientCaFile`, agents must present a certificate (mTLS)."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+
+    @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
+    @classmethod
+    def _files(cls, value: Any, info: ValidationInfo) -> Path | None:
+        path = to_path(value, info)
+        return None if path is None else check_readable_file(path)
+
+    @model_validator(mode="after")
+    def _together(self) -> TlsConfig:
+        if self.cert_file is not None and self.key_file is None:
+            raise invalid("required when certFile is set (a certificate needs its private key)", "keyFile")
+        if self.key_file is not None and self.cert_file is None:
+            raise invalid("required when keyFile is set (a private key needs its certificate)", "certFile")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise invalid(
+                "needs certFile and keyFile: client certificates (mTLS) are only checked on a TLS port",
+                "clientCaFile",
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the gRPC port serves TLS (otherwise it is plaintext)."""
+        return self.cert_file is not None
+
+
+class AuthConfig(ConfigModel):
+    """The bearer token agents must send; empty means agents are not asked for one."""
+
+    token: SecretStr = SecretStr("")
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _type(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr | str):
+            return value
+        raise invalid(f"expected a string, got {describe(value, secret=True)}")
+
+    @field_validator("token")
+    @classmethod
+    def _header_safe(cls, value: SecretStr) -> SecretStr:
+        """Agents send it in an HTTP/2 header: a stray newline (from a YAML block) would only
+        show up later as every agent being refused."""
+        if not all("!" <= c <= "~" for c in value.get_secret_value()):
+            raise invalid("must be printable ASCII without spaces or line breaks (it is sent in a header); "
+                          "the value is not shown")
+        return value
+
+
+class DatabaseConfig(ConfigModel):
+    """The SQL database the replicas share (accounts); `url` is a SQLAlchemy URL."""
+
+    holds_secret = True  # the URL may carry a password: values here never appear in messages
+
+    url: StrictStr = DEFAULT_DATABASE_URL
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        check_database_url(value)
+        return value
+
+    def __repr_args__(self) -> Iterator[tuple[str, Any]]:
+        """The URL without its password, so that logging the config cannot leak it."""
+        yield "url", redact_url(self.url)
+
+
+class SessionsConfig(ConfigModel):
+    """What happens to an agent's accounts when its connection drops."""
+
+    grace_seconds: StrictFloat = Field(60.0, ge=0)
+
+
+class GrpcConfig(ConfigModel):
+    """Limits of the gRPC server."""
+
+    max_message_bytes: StrictInt = Field(16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    keep_alive_seconds: StrictInt = Field(30, ge=0)
+
+
+class HubConfig(ConfigModel):
+    """The whole hub configuration."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    grpc: GrpcConfig = Field(default_factory=GrpcConfig)
+
+    def with_overrides(
+        self,
+        *,
+        grpc_port: int | None = None,
+        http_port: int | None = None,
+        database_url: str | None = None,
+    ) -> HubConfig:
+        """A new config with the command-line options `--grpc-port`, `--http-port` and `--db`
+        applied (None = not given); they win over the file and the environment, and are checked
+        like them. Raises ConfigError naming the option."""
+        given = {
+            ("server", "grpcPort"): (grpc_port, "command-line option --grpc-port"),
+            ("server", "httpPort"): (http_port, "command-line option --http-port"),
+            ("database", "url"): (database_url, "command-line option --db"),
+        }
+        changes = {loc: change for loc, change in given.items() if change[0] is not None}
+        return _FORMAT.revise(self, changes) if changes else self
+
+
+def check_database_url(url: str) -> None:
+    """Raise `invalid()` unless `url` is a SQLAlchemy URL of a supported database. Messages never
+    repeat the URL: it may hold a password."""
+    match = _URL.fullmatch(url)
+    if match is None:
+        raise invalid(f"not a database URL ({_URL_EXAMPLE}); the value is not shown, it may hold a password")
+    scheme = match["scheme"]
+    dialect, plus, driver = scheme.partition("+")
+    if dialect not in DATABASES or (plus and not re.fullmatch(r"[a-z][a-z0-9_]*", driver)):
+        hint = " (SQLAlchemy calls it 'postgresql')" if dialect == "postgres" else ""
+        raise invalid(
+            f"{scheme!r} is not a supported database{hint}: use {', '.join(DATABASES[:-1])} or {DATABASES[-1]}, "
+            "optionally with a driver ('postgresql+asyncpg', 'sqlite+aiosqlite')"
+        )
+    port = match["port"]
+    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise invalid("the port in the URL must be a number from 1 to 65535")
+    has_host = any(match[g] for g in ("username", "password", "ipv6host", "ipv4host", "port"))
+    if dialect == "sqlite" and has_host:
+        raise invalid(
+            "an SQLite URL names a file, not a server: 'sqlite:///relative/path.db' (three slashes) "
+            "or 'sqlite:////absolute/path.db' (four)"
+        )
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (in the user part or a `password=` parameter) replaced by `***`.
+    Errs on the side of hiding more: everything between ':' and the last '@' goes."""
+    scheme, sep, rest = url.partition("://")
+    head, at, tail = rest.rpartition("@")
+    if sep and at:
+        user, colon, _ = head.partition(":")
+        rest = f"{user}{':***' if colon else ''}@{tail}"
+    return re.sub(r"(?i)(password=)[^&]*", r"\1***", f"{scheme}{sep}{rest}")
+
+
+_FORMAT = ConfigFormat(
+    root=HubConfig,
+    env_prefix=ENV_PREFIX,
+    env_example="SERVER__GRPC_PORT",
+    logger=log,
+)
+
+
+def load_hub_config(path: Path | None, environ: Mapping[str, str] = os.environ) -> HubConfig:
+    """Read and validate the hub's configuration file, or only defaults and the environment when
+    `path` is None; relative paths in the file resolve against its directory. Raises ConfigError."""
+    if path is None:
+        return _FORMAT.parse("", source="hub configuration (no file)", environ=environ)
+    return _FORMAT.load(path, environ)

@@ -1,0 +1,192 @@
+"""The hub's end of the agent link: the `AgentLink` gRPC service.
+
+Every refusal (bad token, no hello, a protocol version we do not speak, a malformed stream) ends
+only that agent's stream, with a status that says why, and is logged with the agent's address:
+other agents never notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
+from .cache import Cache
+from .registry import Registry, Session
+
+log = logging.getLogger("scaleagent.hub.link")
+
+HELLO_TIMEOUT = 15.0
+MAX_NAME = 253
+# gRPC is told to accept messages up to this multiple of the configured limit, so that the hub
+# itself sees (and logs) a message that is too large; beyond it gRPC cuts the stream silently.
+GRPC_LIMIT_FACTOR = 4
+
+
+class LinkRefused(Exception):
+    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+class AgentLinkService(pb_grpc.AgentLinkServicer):
+    def __init__(self, registry: Registry, cache: Cache, *, token: str, max_message_bytes: int) -> None:
+        self.registry, self.cache = registry, cache
+        self._token = token
+        self.max_message_bytes = max_message_bytes
+        self.refused = 0
+
+    async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+        session: Session | None = None
+        try:
+            self._authorize(context)
+            hello = await self._hello(context)
+            session = self.registry.open(Session(
+                agent_id=hello.agent_id, zone_id=hello.zone_id, agent_version=hello.agent_version,
+                peer=context.peer(), replica=self.registry.replica,
+                dynamic_accounts_enabled=hello.dynamic_accounts_enabled))
+            outbox: asyncio.Queue[pb.CachingControl] = asyncio.Queue()
+            session.control = outbox.put_nowait
+            await context.write(pb.CachingControl(welcome=pb.Welcome(
+                session_id=session.id, hub_replica=self.registry.replica, protocol_version=PROTOCOL_VERSION,
+                max_message_bytes=self.max_message_bytes)))
+            for account in hello.accounts:
+                self._account(session, account)
+            sender = asyncio.create_task(_send_all(context, outbox))
+            try:
+                await self._receive(session, context)
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sender
+        except LinkRefused as e:
+            self.refused += 1
+            who = session.agent_id if session else "an agent"
+            log.warning("refused %s from %s: %s", who, context.peer(), e.reason)
+            await context.abort(e.code, e.reason)
+        finally:
+            if session is not None:
+                self.registry.close(session)
+
+    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
+        if not self._token:
+            return
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self._token.encode())):
+            raise LinkRefused(grpc.StatusCode.UNAUTHENTICATED,
+                              "missing or wrong bearer token (the agent's clouddriver.auth.token)")
+
+    async def _hello(self, context: grpc.aio.ServicerContext) -> pb.Hello:
+        try:
+            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise LinkRefused(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s") from None
+        if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
+            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of a Caching stream must be a hello")
+        hello = first.hello
+        if hello.protocol_version != PROTOCOL_VERSION:
+            raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"protocol version {hello.protocol_version} is not supported: this hub speaks "
+                              f"version {PROTOCOL_VERSION} (upgrade the older side)")
+        if not hello.agent_id or len(hello.agent_id) > MAX_NAME:
+            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the hello needs an agent_id of 1-253 characters")
+        return hello
+
+    async def _receive(self, session: Session, context: grpc.aio.ServicerContext) -> None:
+        expected = 1
+        while True:
+            msg = await context.read()
+            if msg is grpc.aio.EOF:
+                # Also what gRPC itself leaves us with after cutting a message over its own limit.
+                log.info("agent %s ended its Caching stream (a message over %d bytes would also end it here)",
+                         session.agent_id, GRPC_LIMIT_FACTOR * self.max_message_bytes)
+                return
+            size = msg.ByteSize()
+            if size > self.max_message_bytes:
+                raise LinkRefused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"a message of {size} bytes is over this hub's limit of {self.max_message_bytes} "
+                                  "(grpc.maxMessageBytes); the agent must split its batches")
+            which = msg.WhichOneof("message")
+            if which == "events":
+                batch = msg.events
+                if batch.sequence != expected:
+                    raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"batch sequence {batch.sequence} where {expected} was expected")
+                expected += 1
+                self._apply(session, batch.events)
+                assert session.control is not None
+                session.control(pb.CachingControl(ack=pb.Ack(sequence=batch.sequence)))
+            elif which == "account":
+                self._account(session, msg.account)
+            elif which == "account_removed":
+                self.registry.remove(session, msg.account_removed.name)
+            elif which == "hello":
+                raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "a second hello on the same stream")
+            else:
+                raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an empty or unknown message")
+
+    def _account(self, session: Session, a: pb.Account) -> None:
+        if not a.name or len(a.name) > MAX_NAME:
+            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an account needs a name of 1-253 characters")
+        why = self.registry.describe(
+            session, a.name, api_host=a.api_host, fingerprint=a.certificate_fingerprint,
+            server_version=a.server_version, agent_state=a.state, reason=a.reason, kinds=list(a.kinds),
+            properties=MessageToDict(a.properties) if a.HasField("properties") else {})
+        if why is not None and session.control is not None:
+            session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=why)))
+
+    def _apply(self, session: Session, events: Any) -> None:
+        """Runs of one account go to the cache together; events of accounts not accepted are dropped."""
+        session.batches += 1
+        session.events += len(events)
+        start, n = 0, len(events)
+        while start < n:
+            account = events[start].account
+            end = start + 1
+            while end < n and events[end].account == account:
+                end += 1
+            if account in session.accounts:
+                self.cache.apply(account, events[start:end])
+            else:
+                session.dropped += end - start
+            start = end
+
+    async def Operations(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+        """Attached to its Caching session; operations themselves arrive with a later issue."""
+        session: Session | None = None
+        try:
+            self._authorize(context)
+            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
+            if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
+                raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
+                                  "the first message of an Operations stream must be a hello")
+            hello = first.hello
+            session = self.registry.sessions.get(hello.session_id)
+            if session is None or session.agent_id != hello.agent_id:
+                raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
+                                  "no Caching session with that id for this agent on this hub")
+            session.operations_attached = True
+            while (msg := await context.read()) is not grpc.aio.EOF:
+                if msg.WhichOneof("message") == "result":
+                    log.debug("operation %s result from %s", msg.result.id, session.agent_id)
+        except asyncio.TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s")
+        except LinkRefused as e:
+            self.refused += 1
+            log.warning("refused an Operations stream from %s: %s", context.peer(), e.reason)
+            await context.abort(e.code, e.reason)
+        finally:
+            if session is not None:
+                session.operations_attached = False
+
+
+async def _send_all(context: grpc.aio.ServicerContext, outbox: asyncio.Queue[pb.CachingControl]) -> None:
+    """The stream's only writer after the welcome: gRPC streams take one write at a time."""
+    while True:
+        await context.write(await outbox.get())

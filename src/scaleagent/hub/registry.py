@@ -1,0 +1,215 @@
+"""Who is connected and which accounts they serve: sessions, account ownership and the grace period.
+
+An account name stands for one cluster across the whole installation. The first agent to describe
+it with an API host and certificate fingerprint claims it; another agent describing the same name
+with another cluster is refused (as Clouddriver refuses it) until the first claim is gone. When
+the last session serving an account ends, the account is still served from the cache for the
+grace period, so an agent restart or a network blip loses nothing; after that it is ORPHANED and
+its objects leave the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol import pb
+from .cache import Cache
+
+log = logging.getLogger("scaleagent.hub.registry")
+
+ACTIVE, DISCONNECTED, ORPHANED = "ACTIVE", "DISCONNECTED", "ORPHANED"
+
+
+@dataclass
+class Session:
+    """One live agent connection on this replica."""
+
+    agent_id: str
+    zone_id: str
+    agent_version: str
+    peer: str
+    replica: str
+    dynamic_accounts_enabled: bool = True
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    connected_at: float = field(default_factory=time.time)
+    accounts: set[str] = field(default_factory=set)
+    rejected: dict[str, str] = field(default_factory=dict)
+    events: int = 0
+    batches: int = 0
+    dropped: int = 0
+    operations_attached: bool = False
+    # Sends a control message down this session's Caching stream (set by the gRPC service).
+    control: Callable[[pb.CachingControl], None] | None = None
+
+    def info(self) -> dict[str, Any]:
+        return {"agentId": self.agent_id, "sessionId": self.id, "zoneId": self.zone_id,
+                "agentVersion": self.agent_version, "replica": self.replica, "peer": self.peer,
+                "connectedAt": _iso(self.connected_at), "accounts": sorted(self.accounts),
+                "rejectedAccounts": dict(sorted(self.rejected.items())), "events": self.events,
+                "operationsStream": self.operations_attached}
+
+
+@dataclass
+class AccountRecord:
+    """An account as agents described it, and who serves it now."""
+
+    name: str
+    api_host: str = ""
+    fingerprint: str = ""
+    server_version: str = ""
+    agent_state: str = ""
+    reason: str = ""
+    kinds: list[str] = field(default_factory=list)
+    properties: dict[str, Any] = field(default_factory=dict)
+    zone_id: str = ""
+    agent_id: str = ""
+    sessions: set[str] = field(default_factory=set)
+    state: str = ACTIVE
+    registered_at: float = field(default_factory=time.time)
+    disconnected_at: float | None = None
+    orphan_timer: asyncio.TimerHandle | None = None
+
+    def same_cluster(self, api_host: str, fingerprint: str) -> bool:
+        return (not self.api_host or not api_host or self.api_host == api_host) and (
+            not self.fingerprint or not fingerprint or self.fingerprint == fingerprint)
+
+
+class Registry:
+    def __init__(self, cache: Cache, *, grace_seconds: float, replica: str) -> None:
+        self.cache = cache
+        self.grace_seconds = grace_seconds
+        self.replica = replica
+        self.sessions: dict[str, Session] = {}
+        self.accounts: dict[str, AccountRecord] = {}
+
+    def open(self, session: Session) -> Session:
+        self.sessions[session.id] = session
+        log.info("agent %s connected from %s (zone %r, session %s)", session.agent_id, session.peer,
+                 session.zone_id, session.id)
+        return session
+
+    def describe(self, session: Session, name: str, *, api_host: str, fingerprint: str, server_version: str,
+                 agent_state: str, reason: str, kinds: list[str], properties: dict[str, Any]) -> str | None:
+        """Record what an agent says about an account; returns why it is refused, or None.
+
+        An account whose agent has not reached its API server yet names no cluster: it is neither
+        registered nor refused until it does (its events can only follow that).
+        """
+        if not api_host:
+            return None
+        record = self.accounts.get(name)
+        if record is not None and record.state != ORPHANED and not record.same_cluster(api_host, fingerprint):
+            others = record.sessions - {session.id}
+            if others or record.state == DISCONNECTED:
+                owner = record.agent_id or "another agent"
+                why = (f"account {name!r} is already registered for another cluster "
+                       f"(API server {record.api_host}, certificate fingerprint {record.fingerprint or 'unknown'}, "
+                       f"served by {owner}); this agent describes API server {api_host or 'unknown'} "
+                       f"with fingerprint {fingerprint or 'unknown'}")
+                if session.rejected.get(name) != why:
+                    log.warning("agent %s: %s", session.agent_id, why)
+                session.rejected[name] = why
+                session.accounts.discard(name)
+                record.sessions.discard(session.id)
+                return why
+            # The only session serving it now points it elsewhere: its next snapshot replaces the old objects.
+        if record is None or record.state == ORPHANED:
+            record = self.accounts[name] = AccountRecord(name)
+            log.info("account %s registered by agent %s", name, session.agent_id)
+        session.rejected.pop(name, None)
+        session.accounts.add(name)
+        record.sessions.add(session.id)
+        if record.state != ACTIVE:
+            log.info("account %s is served again, by agent %s", name, session.agent_id)
+        self._serve(record)
+        record.api_host = api_host or record.api_host
+        record.fingerprint = fingerprint or record.fingerprint
+        record.server_version = server_version or record.server_version
+        record.agent_state, record.reason = agent_state, reason
+        record.kinds, record.properties = kinds, properties
+        record.zone_id, record.agent_id = session.zone_id, session.agent_id
+        return None
+
+    def remove(self, session: Session, name: str) -> None:
+        """The agent stopped following the account on purpose: nothing to wait for."""
+        session.accounts.discard(name)
+        session.rejected.pop(name, None)
+        record = self.accounts.get(name)
+        if record is None:
+            return
+        record.sessions.discard(session.id)
+        if not record.sessions:
+            self._forget(record)
+
+    def close(self, session: Session) -> None:
+        if self.sessions.pop(session.id, None) is None:
+            return
+        log.info("agent %s disconnected (session %s)", session.agent_id, session.id)
+        loop = asyncio.get_running_loop()
+        for name in session.accounts:
+            record = self.accounts.get(name)
+            if record is None:
+                continue
+            record.sessions.discard(session.id)
+            if not record.sessions:
+                record.state, record.disconnected_at = DISCONNECTED, time.time()
+                record.orphan_timer = loop.call_later(self.grace_seconds, self._orphan, record)
+                log.info("account %s: no agent serves it; served from cache for %gs", name, self.grace_seconds)
+
+    def _serve(self, record: AccountRecord) -> None:
+        if record.orphan_timer is not None:
+            record.orphan_timer.cancel()
+            record.orphan_timer = None
+        record.state, record.disconnected_at = ACTIVE, None
+
+    def _orphan(self, record: AccountRecord) -> None:
+        record.orphan_timer = None
+        if record.sessions or self.accounts.get(record.name) is not record:
+            return
+        log.warning("account %s: no agent came back within %gs; ORPHANED, its objects leave the cache",
+                    record.name, self.grace_seconds)
+        record.state = ORPHANED
+        self.cache.drop_account(record.name)
+        self._unblock(record.name)
+
+    def _forget(self, record: AccountRecord) -> None:
+        if record.orphan_timer is not None:
+            record.orphan_timer.cancel()
+        del self.accounts[record.name]
+        self.cache.drop_account(record.name)
+        self._unblock(record.name)
+
+    def _unblock(self, name: str) -> None:
+        """Agents refused this name may now claim it: ask them to describe it again."""
+        for session in self.sessions.values():
+            if name in session.rejected and session.control is not None:
+                session.control(pb.CachingControl(resync=pb.Resync(account=name)))
+
+    def serves(self, session: Session, account: str) -> bool:
+        return account in session.accounts
+
+    def account_info(self, record: AccountRecord) -> dict[str, Any]:
+        counts = self.cache.counts(record.name)
+        doc: dict[str, Any] = {
+            "name": record.name, "state": record.state, "agentState": record.agent_state,
+            "apiHost": record.api_host, "certificateFingerprint": record.fingerprint,
+            "serverVersion": record.server_version, "zoneId": record.zone_id, "agentId": record.agent_id,
+            "kinds": record.kinds, "objects": sum(counts.values()), "objectsByKind": counts,
+            "properties": record.properties, "registeredAt": _iso(record.registered_at),
+            "agents": sorted(self.sessions[s].agent_id for s in record.sessions if s in self.sessions),
+        }
+        if record.reason:
+            doc["reason"] = record.reason
+        if record.disconnected_at is not None:
+            doc["disconnectedAt"] = _iso(record.disconnected_at)
+        return doc
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

@@ -1,0 +1,127 @@
+"""The hub process: the gRPC link for agents and the HTTP API for users, on one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ..protocol import SERVICE_NAME, pb_grpc
+from .api import create_app
+from .cache import Cache
+from .config import HubConfig
+from .link import GRPC_LIMIT_FACTOR, AgentLinkService
+from .registry import Registry
+
+log = logging.getLogger("scaleagent.hub")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handling: the hub's command owns SIGINT/SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Hub:
+    def __init__(self, config: HubConfig) -> None:
+        self.config = config
+        self.replica = config.server.replica_name or socket.gethostname()
+        self.cache = Cache()
+        self.registry = Registry(self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica)
+        self.link = AgentLinkService(self.registry, self.cache, token=config.auth.token.get_secret_value(),
+                                     max_message_bytes=config.grpc.max_message_bytes)
+        self.grpc_port = 0
+        self.http_port = 0
+        self._grpc: grpc.aio.Server | None = None
+        self._http: _Server | None = None
+        self._http_task: asyncio.Task[None] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{_url_host(self.config.server.host)}:{self.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{_url_host(self.config.server.host)}:{self.grpc_port}"
+
+    async def start(self) -> None:
+        await self._start_grpc()
+        await self._start_http()
+        log.info("hub %s: gRPC on %s (%s), HTTP on %s", self.replica, self.grpc_target,
+                 "mTLS" if self.config.tls.client_ca_file else "TLS" if self.config.tls.enabled else "plaintext",
+                 self.http_url)
+
+    async def _start_grpc(self) -> None:
+        c = self.config
+        options = [
+            ("grpc.max_receive_message_length", GRPC_LIMIT_FACTOR * c.grpc.max_message_bytes),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),  # a second hub on the same port must fail, not share it
+            # Agents ping every keepAliveHeartbeatSeconds (10 s by default): allow it.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        if c.grpc.keep_alive_seconds > 0:
+            options += [("grpc.keepalive_time_ms", int(c.grpc.keep_alive_seconds * 1000)),
+                        ("grpc.keepalive_timeout_ms", 20_000)]
+        server = grpc.aio.server(options=options)
+        pb_grpc.add_AgentLinkServicer_to_server(self.link, server)
+        checks = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+        address = f"{_url_host(c.server.host)}:{c.server.grpc_port}"
+        if c.tls.enabled:
+            assert c.tls.cert_file is not None and c.tls.key_file is not None
+            creds = grpc.ssl_server_credentials(
+                [(c.tls.key_file.read_bytes(), c.tls.cert_file.read_bytes())],
+                root_certificates=c.tls.client_ca_file.read_bytes() if c.tls.client_ca_file else None,
+                require_client_auth=c.tls.client_ca_file is not None)
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot listen for gRPC on {address}")
+        await server.start()
+        for name in ("", SERVICE_NAME):
+            await checks.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._grpc, self.grpc_port = server, port
+
+    async def _start_http(self) -> None:
+        c = self.config
+        family = socket.AF_INET6 if ":" in c.server.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((c.server.host, c.server.http_port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(128)
+        sock.setblocking(False)
+        self.http_port = sock.getsockname()[1]
+        app = create_app(self)
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._http = _Server(config)
+        # The socket already listens: connections wait in its backlog until uvicorn accepts them.
+        self._http_task = asyncio.get_running_loop().create_task(self._http.serve(sockets=[sock]), name="hub http")
+
+    async def stop(self) -> None:
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            await asyncio.wait([self._http_task])
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,246 @@
+"""kubesim -> agent -> hub, as a user runs them: real processes, loopback TLS, the hub's HTTP API."""
+
+from __future__ import annotations
+
+import base64
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from helpers import AgentProcess, HubProcess, free_port, make_hub_pki, write_yaml  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_hub_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def core(kubesim) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(kubesim.admin())))
+
+
+@pytest.fixture
+def namespace(core):
+    name = f"hub-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def procs():
+    started: list = []
+    yield started
+    for p in reversed(started):
+        p.stop()
+
+
+def start_hub(procs, tmp_path: Path, pki, *, mtls: bool = False, grace: float = 60, port: int = 0, **extra) -> HubProcess:
+    tls = {"certFile": str(pki.cert), "keyFile": str(pki.key)}
+    if mtls:
+        tls["clientCaFile"] = str(pki.ca)
+    doc = {"server": {"grpcPort": port, "httpPort": 0}, "tls": tls, "sessions": {"graceSeconds": grace},
+           "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}, **extra}
+    hub = HubProcess(write_yaml(tmp_path / f"hub-{len(procs)}.yaml", doc))
+    procs.append(hub)
+    return hub
+
+
+def start_agent(procs, tmp_path: Path, hub: HubProcess, pki, accounts: list[dict], *, client_cert=True,
+                stranger=False, **clouddriver) -> AgentProcess:
+    tls: dict = {"cacertFile": str(pki.ca)}
+    if client_cert:
+        tls |= ({"clientCertFile": str(pki.stranger_cert), "clientKeyFile": str(pki.stranger_key)} if stranger else
+                {"clientCertFile": str(pki.client_cert), "clientKeyFile": str(pki.client_key)})
+    doc = {"kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1}, "server": {"port": 0},
+           "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": tls, **clouddriver}}
+    agent = AgentProcess(write_yaml(tmp_path / f"agent-{len(procs)}.yaml", doc), print_events=False)
+    procs.append(agent)
+    return agent
+
+
+def configmaps(hub: HubProcess, account: str, ns: str) -> dict[str, str]:
+    """name -> resourceVersion of the ConfigMaps the hub holds for the account in the namespace."""
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+            for o in hub.objects(account, f"?kind=configmap&namespace={ns}")}
+
+
+def kube_configmaps(core: client.CoreV1Api, ns: str) -> dict[str, str]:
+    return {c.metadata.name: c.metadata.resource_version for c in core.list_namespaced_config_map(ns).items}
+
+
+def converged(hub: HubProcess, core, account: str, ns: str, what: str) -> None:
+    want = kube_configmaps(core, ns)
+    hub.wait_until(f"/api/v1/accounts/{account}/objects?kind=ConfigMap&namespace={ns}",
+                   lambda doc: {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in doc["items"]} == want,
+                   what=what)
+
+
+def cm(name: str, **data: str) -> client.V1ConfigMap:
+    return client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name, labels={"app": "web"}), data=data)
+
+
+@pytest.mark.parametrize("mtls", [False, True], ids=["tls", "mtls"])
+def test_objects_appear_change_and_vanish_in_the_hub(kubesim, core, namespace, procs, tmp_path, pki, mtls):
+    hub = start_hub(procs, tmp_path, pki, mtls=mtls)
+    account = {"name": "c0", "kubeConfigFile": str(kubesim.admin()), "namespaces": [namespace],
+               "kinds": ["ConfigMap", "Secret"]}
+    start_agent(procs, tmp_path, hub, pki, [account])
+    core.create_namespaced_config_map(namespace, cm("one", k="v1"))
+    hub.wait_until(f"/api/v1/accounts/c0/objects?kind=ConfigMap&namespace={namespace}&name=one",
+                   lambda d: [o["data"] for o in d["items"]] == [{"k": "v1"}], what="the new ConfigMap")
+
+    core.patch_namespaced_config_map("one", namespace, {"data": {"k": "v2"}})
+    hub.wait_until(f"/api/v1/accounts/c0/objects?kind=configmap&namespace={namespace}&labelSelector=app%3Dweb",
+                   lambda d: [o["data"] for o in d["items"]] == [{"k": "v2"}], what="the modified ConfigMap")
+
+    core.delete_namespaced_config_map("one", namespace)
+    hub.wait_until(f"/api/v1/accounts/c0/objects?kind=ConfigMap&namespace={namespace}",
+                   lambda d: d["items"] == [], what="the ConfigMap gone")
+
+    agents = hub.json("/armory/agents")
+    assert [a["accounts"] for a in agents] == [["c0"]]
+    (info,) = hub.json("/api/v1/accounts")
+    assert info["state"] == "ACTIVE" and info["apiHost"] and info["certificateFingerprint"]
+    assert info["serverVersion"] == "v1.30.0"
+
+
+def test_secret_values_never_reach_the_hub(kubesim, core, namespace, procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki)
+    start_agent(procs, tmp_path, hub, pki, [{"name": "s", "kubeConfigFile": str(kubesim.admin()),
+                                             "namespaces": [namespace], "kinds": ["Secret"]}])
+    value = "hunter2-" + uuid.uuid4().hex
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name="db"), string_data={"password": value})
+    core.create_namespaced_secret(namespace, body)
+    (secret,) = hub.wait_until(f"/api/v1/accounts/s/objects?kind=Secret&namespace={namespace}",
+                               lambda d: len(d["items"]) == 1, what="the Secret")["items"]
+    assert "data" not in secret and "stringData" not in secret
+    encoded = base64.b64encode(value.encode()).decode()
+    for path in ("/api/v1/accounts/s/objects", f"/manifests/s/{namespace}/secret%20db"):
+        status, doc = hub.get(path)
+        assert status == 200 and value not in str(doc) and encoded not in str(doc)
+
+
+def test_the_manifest_endpoint_answers_in_clouddriver_shape(kubesim, core, namespace, procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki)
+    start_agent(procs, tmp_path, hub, pki, [{"name": "m", "kubeConfigFile": str(kubesim.admin()),
+                                             "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+    body = cm("settings", a="b")
+    body.metadata.annotations = {"moniker.spinnaker.io/application": "shop"}
+    core.create_namespaced_config_map(namespace, body)
+    hub.wait_until(f"/api/v1/accounts/m/objects?application=shop", lambda d: len(d["items"]) == 1,
+                   what="the ConfigMap by application")
+    doc = hub.json(f"/manifests/m/{namespace}/configMap%20settings")
+    assert doc["account"] == "m" and doc["name"] == "configmap settings" and doc["location"] == namespace
+    assert doc["manifest"]["data"] == {"a": "b"} and doc["moniker"]["app"] == "shop"
+    assert doc["status"]["stable"]["state"] is True
+    status, missing = hub.get(f"/manifests/m/{namespace}/configmap%20nope")
+    assert status == 404 and "nope" in missing["error"]
+
+
+def test_an_agent_without_a_valid_client_certificate_is_refused_under_mtls(kubesim, namespace, procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki, mtls=True)
+    good = start_agent(procs, tmp_path, hub, pki, [{"name": "good", "kubeConfigFile": str(kubesim.admin()),
+                                                    "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+    good.wait_health(lambda d: d["hub"]["state"] == "connected", what="the good agent connected")
+    for kind in ("none", "stranger"):
+        bad = start_agent(procs, tmp_path, hub, pki, [{"name": f"bad-{kind}", "kubeConfigFile": str(kubesim.admin()),
+                                                       "namespaces": [namespace], "kinds": ["ConfigMap"]}],
+                          client_cert=kind != "none", stranger=kind == "stranger")
+        bad.wait_health(lambda d: d["hub"]["state"] == "disconnected" and d["hub"].get("reason"),
+                        what="the refused agent's reason")
+    hub.wait_log(r"Handshake failed", what="the refused handshakes logged")
+    assert [a["accounts"] for a in hub.json("/armory/agents")] == [["good"]]
+    assert [a["name"] for a in hub.json("/api/v1/accounts")] == ["good"]
+
+
+def test_a_hub_restart_converges_to_exactly_kubesims_state(kubesim, core, namespace, procs, tmp_path, pki):
+    port = free_port()
+    hub = start_hub(procs, tmp_path, pki, port=port)
+    agent = start_agent(procs, tmp_path, hub, pki, [{"name": "r", "kubeConfigFile": str(kubesim.admin()),
+                                                     "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, cm(f"before-{i}", i=str(i)))
+    converged(hub, core, "r", namespace, "the first sync")
+
+    assert hub.stop() == 0
+    agent.wait_health(lambda d: d["hub"]["state"] == "disconnected", what="the agent noticing the hub is gone")
+    core.delete_namespaced_config_map("before-0", namespace)
+    core.patch_namespaced_config_map("before-1", namespace, {"data": {"i": "changed"}})
+    core.create_namespaced_config_map(namespace, cm("during", x="y"))
+
+    hub = start_hub(procs, tmp_path, pki, port=port)
+    converged(hub, core, "r", namespace, "convergence after the hub restart")
+    assert hub.objects("r", f"?kind=ConfigMap&namespace={namespace}&name=before-1")[0]["data"] == {"i": "changed"}
+
+
+def test_an_agent_restart_converges_without_phantoms(kubesim, core, namespace, procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki, grace=120)
+    accounts = [{"name": "a", "kubeConfigFile": str(kubesim.admin()), "namespaces": [namespace], "kinds": ["ConfigMap"]}]
+    agent = start_agent(procs, tmp_path, hub, pki, accounts)
+    for i in range(5):
+        core.create_namespaced_config_map(namespace, cm(f"before-{i}"))
+    converged(hub, core, "a", namespace, "the first sync")
+
+    assert agent.stop() == 0
+    hub.wait_until("/api/v1/accounts/a", lambda d: d["state"] == "DISCONNECTED", what="the account in grace")
+    assert len(configmaps(hub, "a", namespace)) == 5, "still served from cache during the grace period"
+    core.delete_namespaced_config_map("before-0", namespace)
+    core.delete_namespaced_config_map("before-1", namespace)
+    core.create_namespaced_config_map(namespace, cm("during"))
+
+    start_agent(procs, tmp_path, hub, pki, accounts)
+    converged(hub, core, "a", namespace, "convergence after the agent restart")
+    assert hub.json("/api/v1/accounts/a")["state"] == "ACTIVE"
+
+
+def test_after_the_grace_period_an_account_is_orphaned_and_leaves_the_cache(kubesim, core, namespace, procs,
+                                                                             tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki, grace=1)
+    agent = start_agent(procs, tmp_path, hub, pki, [{"name": "o", "kubeConfigFile": str(kubesim.admin()),
+                                                     "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+    core.create_namespaced_config_map(namespace, cm("x"))
+    converged(hub, core, "o", namespace, "the first sync")
+    assert agent.stop() == 0
+    hub.wait_until("/api/v1/accounts/o", lambda d: d["state"] == "ORPHANED", what="the account orphaned")
+    assert hub.objects("o") == []
+    hub.wait_log(r"account o: no agent came back within 1s; ORPHANED")
+
+
+def test_the_multi_cluster_watch_streams_changes_of_every_account(kubesim, core, namespace, procs, tmp_path, pki):
+    import json
+    import urllib.request
+
+    hub = start_hub(procs, tmp_path, pki)
+    agent = start_agent(procs, tmp_path, hub, pki, [
+        {"name": f"w{i}", "kubeConfigFile": str(kubesim.admin(i)), "namespaces": [namespace], "kinds": ["ConfigMap"]}
+        for i in range(2)])
+    other = client.CoreV1Api(config.new_client_from_config(config_file=str(kubesim.admin(1))))
+    other.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        agent.wait_health(lambda d: all(a["state"] == "watching" for a in d["accounts"])
+                          and d["hub"]["state"] == "connected", what="both accounts watching")
+        stream = urllib.request.urlopen(f"{hub.url}/api/v1/watch?kind=ConfigMap&namespace={namespace}", timeout=30)
+        core.create_namespaced_config_map(namespace, cm("from-0"))
+        other.create_namespaced_config_map(namespace, cm("from-1"))
+        core.delete_namespaced_config_map("from-0", namespace)
+        seen = []
+        event = ""
+        for raw in stream:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                doc = json.loads(line[6:])
+                seen.append((event, doc["account"], doc["name"]))
+                if len(seen) == 3:
+                    break
+        stream.close()
+        assert sorted(seen) == sorted([("ADDED", "w0", "from-0"), ("ADDED", "w1", "from-1"), ("DELETED", "w0", "from-0")])
+    finally:
+        other.delete_namespace(namespace)
