@@ -36,7 +36,7 @@ def run_agent(tmp: Path, info: dict, total: int, per_account: int, settle: float
     config.write_text(yaml.safe_dump({"kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 600},
                                       "tasks": {"totalBudget": total, "budgetPerAccount": per_account},
                                       "server": {"port": 0}}))
-    proc = subprocess.Popen([sys.executable, "-m", "scaleagent.cli", "--log-level", "WARNING", "agent", "--config",
+    proc = subprocess.Popen([sys.executable, "-m", "scaleagent.cli", "--log-level", "WARNING", "agent", "--no-hub", "--config",
                              str(config)], stderr=subprocess.PIPE, text=True, cwd=ROOT)
     url = ""
     while not url:

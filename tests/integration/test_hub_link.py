@@ -244,3 +244,16 @@ def test_the_multi_cluster_watch_streams_changes_of_every_account(kubesim, core,
         assert sorted(seen) == sorted([("ADDED", "w0", "from-0"), ("ADDED", "w1", "from-1"), ("DELETED", "w0", "from-0")])
     finally:
         other.delete_namespace(namespace)
+
+
+def test_insecure_skip_verify_connects_without_the_ca_and_agent_id_names_the_agent(kubesim, namespace, procs,
+                                                                                 tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki)
+    doc = {"agentId": "east-1", "kubernetes": {"accounts": [{"name": "k", "kubeConfigFile": str(kubesim.admin()),
+                                                             "namespaces": [namespace], "kinds": ["ConfigMap"]}]},
+           "server": {"port": 0},
+           "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"insecureSkipVerify": True}}}
+    agent = AgentProcess(write_yaml(tmp_path / "skip.yaml", doc), print_events=False)
+    procs.append(agent)
+    agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="a connection without the CA")
+    assert [a["agentId"] for a in hub.json("/armory/agents")] == ["east-1"]

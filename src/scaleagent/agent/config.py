@@ -351,17 +351,17 @@ class AgentConfig(ConfigModel):
     """The whole agent configuration."""
 
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    agent_id: StrictStr | None = Field(None, max_length=253)
     zone_id: StrictStr | None = None
     dynamic_accounts_enabled: StrictBool = True
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     clouddriver: ClouddriverConfig = Field(default_factory=ClouddriverConfig)
 
-    @field_validator("zone_id", mode="before")
+    @field_validator("zone_id", "agent_id", mode="before")
     @classmethod
-    def _zone_id(cls, value: Any) -> Any:
+    def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
-
 
 
 
