@@ -19,8 +19,8 @@ STATES = ("connecting", "syncing", "watching", "error")
 class _Collector:
     """Reads the engine's counters at scrape time: nothing is paid per event on the hot path."""
 
-    def __init__(self, manager: AccountManager, budget: Budget) -> None:
-        self.manager, self.budget = manager, budget
+    def __init__(self, manager: AccountManager, budget: Budget, link: HubLink | None) -> None:
+        self.manager, self.budget, self.link = manager, budget, link
 
     def collect(self) -> Iterator[Any]:
         state = GaugeMetricFamily("scale_agent_account_state", "1 for the state each account is in",
@@ -44,11 +44,19 @@ class _Collector:
         yield from (state, events, watches, relists, skipped)
         yield GaugeMetricFamily("scale_agent_lists_running", "Initial LISTs running now", value=self.budget.running)
         yield GaugeMetricFamily("scale_agent_lists_peak", "Most LISTs that ran at once", value=self.budget.peak)
+        if self.link is not None:
+            yield GaugeMetricFamily("scale_agent_hub_connected", "1 while the hub link is connected",
+                                    value=1.0 if self.link.state == "connected" else 0.0)
+            yield CounterMetricFamily("scale_agent_hub_connects", "Connections made to the hub", value=self.link.connects)
+            yield CounterMetricFamily("scale_agent_hub_events_sent", "Events written to the hub",
+                                      value=self.link.events_sent)
+            yield CounterMetricFamily("scale_agent_hub_batches_acknowledged", "Batches the hub acknowledged",
+                                      value=self.link.batches_acked)
 
 
 def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = None) -> web.Application:
     registry = CollectorRegistry()
-    registry.register(_Collector(manager, budget))
+    registry.register(_Collector(manager, budget, link))
 
     async def health(_: web.Request) -> web.Response:
         doc = manager.health()

@@ -1,0 +1,100 @@
+"""Account ownership, refusals and the grace period, as the hub's registry decides them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from scaleagent.hub.cache import Cache
+from scaleagent.hub.registry import ACTIVE, DISCONNECTED, ORPHANED, Registry, Session
+from scaleagent.protocol import pb
+
+CLUSTER_A = {"api_host": "https://10.0.0.1:6443", "fingerprint": "AA:01"}
+CLUSTER_B = {"api_host": "https://10.0.0.2:6443", "fingerprint": "BB:02"}
+
+
+def describe(registry: Registry, session: Session, name: str, cluster: dict) -> str | None:
+    return registry.describe(session, name, server_version="v1.30.0", agent_state="watching", reason="",
+                             kinds=["ConfigMap"], properties={}, **cluster)
+
+
+def session(registry: Registry, agent: str) -> Session:
+    s = registry.open(Session(agent_id=agent, zone_id="", agent_version="test", peer="test", replica="r"))
+    s.control = lambda message: s.__dict__.setdefault("sent", []).append(message)
+    return s
+
+
+def cached(cache: Cache, account: str, name: str = "cm") -> None:
+    cache.apply(account, [pb.Event(type=pb.ADDED, account=account, version="v1", kind="ConfigMap", namespace="ns",
+                                   name=name, resource_version="1",
+                                   object=b'{"kind":"ConfigMap","metadata":{"name":"%s","namespace":"ns"}}' % name.encode())])
+
+
+async def next_timers(loop: asyncio.AbstractEventLoop) -> None:
+    """Let the timers already due run: a timer due now runs before one scheduled after it."""
+    done = loop.create_future()
+    loop.call_later(0, done.set_result, None)
+    await done
+
+
+async def test_another_cluster_under_a_registered_name_is_refused_and_the_first_keeps_it():
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    first, second = session(registry, "agent-1"), session(registry, "agent-2")
+    assert describe(registry, first, "prod", CLUSTER_A) is None
+    why = describe(registry, second, "prod", CLUSTER_B)
+    assert why and "already registered for another cluster" in why and "10.0.0.1" in why
+    assert registry.accounts["prod"].sessions == {first.id} and second.accounts == set()
+    assert second.rejected == {"prod": why}
+
+
+async def test_two_agents_of_the_same_cluster_both_serve_it():
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    a, b = session(registry, "agent-1"), session(registry, "agent-2")
+    assert describe(registry, a, "prod", CLUSTER_A) is None and describe(registry, b, "prod", CLUSTER_A) is None
+    assert registry.accounts["prod"].sessions == {a.id, b.id}
+
+
+async def test_an_account_without_an_api_host_yet_is_neither_registered_nor_refused():
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    s = session(registry, "agent-1")
+    assert describe(registry, s, "prod", {"api_host": "", "fingerprint": ""}) is None
+    assert "prod" not in registry.accounts and s.accounts == set()
+
+
+async def test_a_disconnected_account_is_served_during_the_grace_period_and_resumes_on_return():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=60, replica="r")
+    s = session(registry, "agent-1")
+    describe(registry, s, "prod", CLUSTER_A)
+    cached(cache, "prod")
+    registry.close(s)
+    assert registry.accounts["prod"].state == DISCONNECTED and cache.query("prod")
+    again = session(registry, "agent-1")
+    assert describe(registry, again, "prod", CLUSTER_A) is None
+    record = registry.accounts["prod"]
+    assert record.state == ACTIVE and record.orphan_timer is None and cache.query("prod")
+
+
+async def test_after_the_grace_period_the_account_is_orphaned_and_its_name_freed():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=0, replica="r")
+    owner, waiting = session(registry, "agent-1"), session(registry, "agent-2")
+    describe(registry, owner, "prod", CLUSTER_A)
+    cached(cache, "prod")
+    assert describe(registry, waiting, "prod", CLUSTER_B)  # refused while the first cluster holds the name
+    registry.close(owner)
+    await next_timers(asyncio.get_running_loop())
+    assert registry.accounts["prod"].state == ORPHANED and cache.query("prod") == []
+    # The refused agent is asked to describe the account again, and now gets it.
+    assert [m.resync.account for m in waiting.sent if m.WhichOneof("message") == "resync"] == ["prod"]
+    assert describe(registry, waiting, "prod", CLUSTER_B) is None
+    assert registry.accounts["prod"].api_host == CLUSTER_B["api_host"]
+
+
+async def test_an_account_the_agent_stops_following_leaves_the_cache_at_once():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=60, replica="r")
+    s = session(registry, "agent-1")
+    describe(registry, s, "prod", CLUSTER_A)
+    cached(cache, "prod")
+    registry.remove(s, "prod")
+    assert "prod" not in registry.accounts and cache.query("prod") == []
