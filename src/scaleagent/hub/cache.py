@@ -443,12 +443,12 @@ class Cache:
             try:
                 key = (ev.group, ev.kind)
                 if key != last_key:
-                    kind = kinds.get(key)
-                    if kind is None:
+                    found = kinds.get(key)
+                    if found is None:
                         if not key[1]:
                             raise _Rejected("no kind")
-                        kind = kinds[key] = _Kind(*key)
-                    last_key = key
+                        found = kinds[key] = _Kind(*key)
+                    kind, last_key = found, key
                 assert kind is not None
                 version = ev.version
                 if version:

@@ -1,0 +1,416 @@
+"""The hub cache: upserts, snapshot reconciliation, indexed queries and the multi-cluster watch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+import pytest
+
+from scaleagent.hub import cache as cache_module
+from scaleagent.hub.cache import APPLICATION, CLUSTER, Cache, Change, SubscriptionOverflow
+from scaleagent.kube.selectors import parse_label_selector
+from scaleagent.protocol.v1 import agent_pb2 as pb
+
+GROUPS = {"Pod": "", "ConfigMap": "", "Event": "", "Deployment": "apps"}
+
+
+def body(name: str, ns: str = "default", rv: str = "1", labels: dict | None = None, app: str | None = None,
+         cluster: str | None = None) -> bytes:
+    annotations = {}
+    if app:
+        annotations[APPLICATION] = app
+    if cluster:
+        annotations[CLUSTER] = cluster
+    meta = {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels or {}, "annotations": annotations}
+    return orjson.dumps({"metadata": meta})
+
+
+def event(type_: int, kind: str, name: str, ns: str = "default", rv: str = "1", *, group: str | None = None,
+          version: str = "v1", obj: bytes | None = None, **fields) -> pb.Event:
+    group = GROUPS.get(kind, "") if group is None else group
+    if obj is None:
+        obj = body(name, ns, rv, **fields) if type_ != pb.DELETED else b""
+    return pb.Event(type=type_, group=group, version=version, kind=kind, namespace=ns, name=name,
+                    resource_version=rv, object=obj)
+
+
+def added(kind: str, name: str, ns: str = "default", rv: str = "1", **kw) -> pb.Event:
+    return event(pb.ADDED, kind, name, ns, rv, **kw)
+
+
+def modified(kind: str, name: str, ns: str = "default", rv: str = "2", **kw) -> pb.Event:
+    return event(pb.MODIFIED, kind, name, ns, rv, **kw)
+
+
+def deleted(kind: str, name: str, ns: str = "default", rv: str = "3", **kw) -> pb.Event:
+    return event(pb.DELETED, kind, name, ns, rv, **kw)
+
+
+def begin(kind: str, scope: str = "", group: str | None = None) -> pb.Event:
+    return pb.Event(type=pb.SNAPSHOT_BEGIN, group=GROUPS.get(kind, "") if group is None else group,
+                    version="v1", kind=kind, namespace=scope)
+
+
+def end(kind: str, scope: str = "", group: str | None = None) -> pb.Event:
+    return pb.Event(type=pb.SNAPSHOT_END, group=GROUPS.get(kind, "") if group is None else group,
+                    version="v1", kind=kind, namespace=scope)
+
+
+def names(cache: Cache, account: str = "a", **query) -> list[str]:
+    return [orjson.loads(o)["metadata"]["name"] for o in cache.query(account, **query)]
+
+
+def pending(sub) -> list[Change]:  # noqa: ANN001
+    """What a subscription has queued, without waiting (the queue is filled synchronously by apply)."""
+    return list(sub._queue)
+
+
+# ---------------------------------------------------------------- upserts and deletions
+
+
+def test_added_and_modified_upsert_and_deleted_removes():
+    c = Cache()
+    c.apply("a", [added("Pod", "p1", rv="1", labels={"v": "1"}), added("Pod", "p2")])
+    c.apply("a", [modified("Pod", "p1", rv="5", labels={"v": "2"})])
+    assert orjson.loads(c.get("a", "Pod", "default", "p1"))["metadata"]["labels"] == {"v": "2"}
+    c.apply("a", [deleted("Pod", "p2", rv="6")])
+    assert names(c) == ["p1"]
+    assert c.get("a", "Pod", "default", "p2") is None
+    assert c.counts("a") == {"Pod": 1}
+    assert c.resource_version("a") == "6"
+
+
+def test_objects_are_stored_as_the_bytes_received():
+    raw = b'{"metadata": {"name": "p", "namespace": "default"},   "spec": {}}'
+    c = Cache()
+    c.apply("a", [added("Pod", "p", obj=raw)])
+    assert c.get("a", "pod", "default", "p") == raw  # not re-encoded
+    assert c.stats() == {"accounts": 1, "objects": 1, "bytes": len(raw)}
+
+
+def test_the_same_object_under_another_version_replaces_itself():
+    c = Cache()
+    c.apply("a", [added("Deployment", "web", rv="1", version="v1beta1")])
+    c.apply("a", [added("Deployment", "web", rv="2", version="v1")])
+    assert c.counts("a") == {"Deployment.apps": 1}
+
+
+def test_accounts_are_separate_and_drop_account_forgets_one():
+    c = Cache()
+    c.apply("a", [added("Pod", "p")])
+    c.apply("b", [added("Pod", "p"), added("Pod", "q")])
+    assert c.accounts() == ["a", "b"]
+    c.drop_account("b")
+    assert c.accounts() == ["a"]
+    assert c.query("b") == [] and c.counts("b") == {} and c.resource_version("b") == ""
+    assert c.stats()["objects"] == 1
+
+
+# ---------------------------------------------------------------- snapshots
+
+
+def test_an_all_namespaces_snapshot_removes_what_it_did_not_list():
+    c = Cache()
+    c.apply("a", [added("Pod", "keep", "ns1"), added("Pod", "gone", "ns1"), added("Pod", "gone2", "ns2"),
+                  added("ConfigMap", "other-kind", "ns1")])
+    c.apply("a", [begin("Pod"), added("Pod", "keep", "ns1"), added("Pod", "new", "ns3")])
+    assert len(c.query("a", kind="Pod")) == 4  # nothing is removed before the END
+    c.apply("a", [end("Pod")])
+    assert names(c, kind="Pod") == ["keep", "new"]
+    assert names(c, kind="ConfigMap") == ["other-kind"]
+
+
+def test_a_namespace_snapshot_only_sweeps_its_namespace():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", "ns1"), added("Pod", "q", "ns1"), added("Pod", "r", "ns2")])
+    c.apply("a", [begin("Pod", "ns1"), added("Pod", "p", "ns1"), end("Pod", "ns1")])
+    assert sorted(names(c, kind="Pod")) == ["p", "r"]
+
+
+def test_an_empty_snapshot_empties_the_scope():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", "ns1"), added("Pod", "q", "ns2")])
+    c.apply("a", [begin("Pod"), end("Pod")])
+    assert c.query("a") == [] and c.counts("a") == {"Pod": 0}
+
+
+def test_a_second_begin_restarts_the_open_snapshot():
+    c = Cache()
+    c.apply("a", [added("Pod", "p"), added("Pod", "q")])
+    c.apply("a", [begin("Pod"), added("Pod", "p"), added("Pod", "q")])
+    c.apply("a", [begin("Pod"), added("Pod", "q"), end("Pod")])  # the relist started over and p is gone
+    assert names(c) == ["q"]
+
+
+def test_snapshots_of_other_scopes_interleave():
+    c = Cache()
+    c.apply("a", [added("Pod", "old-pod", "ns1"), added("ConfigMap", "old-cm", "ns1"), added("ConfigMap", "x", "ns2"),
+                  added("Deployment", "old-deploy", "ns1")])
+    c.apply("a", [begin("Pod"), begin("ConfigMap", "ns1"), added("Pod", "pod", "ns1"), begin("Deployment")])
+    c.apply("a", [added("ConfigMap", "cm", "ns1"), added("Deployment", "deploy", "ns1"), end("ConfigMap", "ns1")])
+    assert sorted(names(c)) == ["cm", "deploy", "old-deploy", "old-pod", "pod", "x"]
+    c.apply("a", [end("Deployment"), end("Pod")])
+    assert sorted(names(c)) == ["cm", "deploy", "pod", "x"]
+
+
+def test_an_all_namespaces_snapshot_open_around_a_namespace_snapshot():
+    c = Cache()
+    c.apply("a", [added("Pod", "p1", "ns1"), added("Pod", "p2", "ns2")])
+    c.apply("a", [begin("Pod"), added("Pod", "p2", "ns2"), begin("Pod", "ns1"), added("Pod", "p1", "ns1"),
+                  end("Pod", "ns1"), end("Pod")])
+    assert sorted(names(c)) == ["p1", "p2"]
+
+
+def test_an_object_modified_during_a_snapshot_counts_as_seen():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", rv="1"), added("Pod", "q", rv="1")])
+    c.apply("a", [begin("Pod"), added("Pod", "q", rv="1"), modified("Pod", "p", rv="2"), end("Pod")])
+    assert sorted(names(c)) == ["p", "q"]
+
+
+def test_an_object_deleted_during_a_snapshot_stays_deleted():
+    c = Cache()
+    c.apply("a", [added("Pod", "p"), begin("Pod"), added("Pod", "p"), deleted("Pod", "p"), end("Pod")])
+    assert c.query("a") == []
+
+
+# ---------------------------------------------------------------- odd input
+
+
+def test_odd_events_are_skipped_without_raising():
+    c = Cache()
+    c.apply("a", [
+        deleted("Pod", "never-seen"),
+        end("Pod", "ns-never-begun"),
+        added("Pod", "bad-json", obj=b'{"metadata": {'),
+        added("Pod", "not-an-object", obj=b"[1, 2]"),
+        added("Pod", "", obj=body("x")),  # no name
+        added("", "no-kind"),
+        pb.Event(type=99, kind="Pod", name="p"),
+        added("Pod", "ok"),
+    ])
+    assert names(c) == ["ok"]
+    assert c.rejected == 5
+
+
+def test_invalid_json_is_logged_once_per_account_and_kind(caplog: pytest.LogCaptureFixture):
+    c = Cache()
+    with caplog.at_level(logging.WARNING, logger="scaleagent.hub.cache"):
+        c.apply("a", [added("Pod", "x", obj=b"{"), added("Pod", "y", obj=b"{"), added("ConfigMap", "z", obj=b"{")])
+        c.apply("b", [added("Pod", "x", obj=b"{")])
+    assert c.rejected == 4
+    assert len(caplog.records) == 3  # (a, Pod), (a, ConfigMap), (b, Pod)
+
+
+def test_labels_that_are_not_strings_are_ignored():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", labels={"app": "web", "n": 1, "l": [1]})])
+    assert names(c, label_selector=parse_label_selector("app=web")) == ["p"]
+    assert names(c, label_selector=parse_label_selector("n")) == []
+
+
+# ---------------------------------------------------------------- queries
+
+
+def test_kinds_are_matched_case_insensitively_as_kind_or_kind_dot_group():
+    c = Cache()
+    c.apply("a", [added("Event", "core-event"), added("Event", "new-event", group="events.k8s.io"),
+                  added("Deployment", "web"), added("Pod", "p")])
+    assert sorted(names(c, kind="event")) == ["core-event", "new-event"]
+    assert names(c, kind="Event.events.k8s.io") == ["new-event"]
+    assert names(c, kind="DEPLOYMENT") == names(c, kind="deployment.apps") == ["web"]
+    assert names(c, kind="Deployment.extensions") == []
+    assert names(c, kind="pod") == ["p"]
+    assert c.get("a", "deployment.APPS", "default", "web") is not None
+    assert c.counts("a") == {"Event": 1, "Event.events.k8s.io": 1, "Deployment.apps": 1, "Pod": 1}
+
+
+def test_namespace_and_name_filters():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", "ns1"), added("Pod", "p", "ns2"), added("Pod", "q", "ns1")])
+    assert names(c, namespace="ns1") == ["p", "q"]
+    assert [orjson.loads(o)["metadata"]["namespace"] for o in c.query("a", name="p")] == ["ns1", "ns2"]
+    assert names(c, namespace="ns2", name="q") == []
+
+
+@pytest.fixture
+def labelled() -> Cache:
+    c = Cache()
+    c.apply("a", [
+        added("Pod", "web-1", labels={"app": "web", "tier": "front"}),
+        added("Pod", "web-2", "other", labels={"app": "web"}),
+        added("Pod", "api-1", labels={"app": "api", "tier": "back"}),
+        added("Pod", "db-1", labels={"app": "db"}),
+        added("Pod", "bare"),
+        added("ConfigMap", "web-config", labels={"app": "web"}),
+    ])
+    return c
+
+
+@pytest.mark.parametrize(("selector", "expected"), [
+    ("app=web", ["web-1", "web-2"]),
+    ("app==web,tier=front", ["web-1"]),
+    ("app!=web", ["api-1", "bare", "db-1"]),
+    ("app in (web, api)", ["api-1", "web-1", "web-2"]),
+    ("app notin (web, api)", ["bare", "db-1"]),
+    ("tier", ["api-1", "web-1"]),
+    ("!tier", ["bare", "db-1", "web-2"]),
+    ("app=nothing-has-this", []),
+])
+def test_label_selectors(labelled: Cache, selector: str, expected: list[str]):
+    assert sorted(names(labelled, kind="Pod", label_selector=parse_label_selector(selector))) == expected
+
+
+def test_label_selector_across_kinds_and_the_empty_selector(labelled: Cache):
+    assert sorted(names(labelled, label_selector=parse_label_selector("app=web"))) == ["web-1", "web-2", "web-config"]
+    assert len(labelled.query("a", label_selector=parse_label_selector(""))) == 6
+
+
+def test_an_equality_selector_is_answered_from_the_index(labelled: Cache, monkeypatch: pytest.MonkeyPatch):
+    def no_scan(self):  # noqa: ANN001, ANN202
+        raise AssertionError("scanned every entry")
+
+    monkeypatch.setattr(cache_module._Kind, "entries", no_scan)
+    assert sorted(names(labelled, label_selector=parse_label_selector("app in (web,db)"))) == \
+        ["db-1", "web-1", "web-2", "web-config"]
+    assert names(labelled, kind="Pod", label_selector=parse_label_selector("tier,app!=web")) == ["api-1"]
+
+
+def test_application_and_cluster_monikers():
+    c = Cache()
+    c.apply("a", [
+        added("Deployment", "web", app="shop", cluster="deployment web"),
+        added("Pod", "web-1", app="shop", cluster="deployment web"),
+        added("Pod", "api-1", app="shop", cluster="deployment api"),
+        added("Pod", "other", app="blog"),
+        added("Pod", "none"),
+    ])
+    assert sorted(names(c, application="shop")) == ["api-1", "web", "web-1"]
+    assert names(c, kind="Pod", application="shop", cluster="deployment web") == ["web-1"]
+    assert names(c, cluster="deployment api") == ["api-1"]
+    assert names(c, application="nothing") == []
+
+
+def test_changed_labels_and_monikers_move_the_object_in_the_index():
+    web, api = parse_label_selector("app=web"), parse_label_selector("app=api")
+    c = Cache()
+    c.apply("a", [added("Pod", f"p{i}", rv="1", labels={"app": "web"}, app="shop") for i in range(10)])
+    # away and back before the index lists are compacted: listed once, not lost
+    c.apply("a", [modified("Pod", "p0", rv="2", labels={"app": "api"}, app="blog"),
+                  modified("Pod", "p0", rv="3", labels={"app": "web"}, app="shop")])
+    assert names(c, label_selector=web) == names(c, application="shop") == [f"p{i}" for i in range(10)]
+    c.apply("a", [modified("Pod", f"p{i}", rv="4", labels={"app": "api"}, app="blog") for i in range(8)])
+    assert names(c, label_selector=web) == names(c, application="shop") == ["p8", "p9"]
+    c.apply("a", [modified("Pod", "p0", rv="5", labels={"app": "web"}, app="shop")])
+    assert names(c, label_selector=web) == names(c, application="shop") == ["p0", "p8", "p9"]
+    c.apply("a", [deleted("Pod", "p8"), deleted("Pod", "p9"), deleted("Pod", "p1")])
+    assert names(c, label_selector=web) == ["p0"]
+    assert names(c, label_selector=api) == names(c, application="blog") == [f"p{i}" for i in range(2, 8)]
+
+
+def test_removals_leave_no_index_behind():
+    c = Cache()
+    c.apply("a", [added("Pod", f"p{i}", labels={"app": "web", "hash": str(i)}, app="shop") for i in range(50)])
+    c.apply("a", [begin("Pod"), end("Pod")])
+    (kind,) = c._accounts["a"].kinds.values()
+    assert kind.index == {} and kind.namespaces == {}
+
+
+# ---------------------------------------------------------------- subscriptions
+
+
+async def test_a_subscription_receives_real_changes():
+    c = Cache()
+    async with c.subscribe() as sub:
+        c.apply("a", [added("Pod", "p", rv="1"), modified("Pod", "p", rv="2"), deleted("Pod", "p", rv="3")])
+        changes = [await anext(sub) for _ in range(3)]
+    assert [(x.type, x.name, x.resource_version) for x in changes] == \
+        [("ADDED", "p", "1"), ("MODIFIED", "p", "2"), ("DELETED", "p", "3")]
+    assert changes[0] == Change("a", "ADDED", "", "v1", "Pod", "default", "p", "1", body("p", rv="1"))
+    assert changes[2].object == body("p", rv="2")  # the DELETED event had no body: the last one known
+    assert sub.closed
+
+
+async def test_a_waiting_reader_wakes_up_on_the_next_change():
+    c = Cache()
+    sub = c.subscribe()
+    waiting = asyncio.Event()
+
+    async def read() -> Change:
+        waiting.set()
+        return await anext(sub)
+
+    reader = asyncio.create_task(read())
+    await waiting.wait()  # the reader is now parked on an empty queue
+    c.apply("a", [added("Pod", "p")])
+    assert (await reader).name == "p"
+    sub.close()
+    with pytest.raises(StopAsyncIteration):
+        await anext(sub)
+
+
+async def test_subscription_filters():
+    c = Cache()
+    by_account = c.subscribe(accounts=["b"])
+    by_kind = c.subscribe(kinds=["deployment.apps", "configmap"])
+    by_namespace = c.subscribe(namespaces=["ns1"])
+    c.apply("a", [added("Pod", "a-pod", "ns1"), added("Deployment", "a-deploy", "ns2"),
+                  added("ConfigMap", "a-cm", "ns2")])
+    c.apply("b", [added("Pod", "b-pod", "ns2")])
+    assert [x.name for x in pending(by_account)] == ["b-pod"]
+    assert [x.name for x in pending(by_kind)] == ["a-deploy", "a-cm"]
+    assert [x.name for x in pending(by_namespace)] == ["a-pod"]
+
+
+async def test_an_identical_resend_is_not_a_change():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", rv="1"), added("Pod", "q", rv="1")])
+    sub = c.subscribe()
+    c.apply("a", [begin("Pod"), added("Pod", "p", rv="1"), added("Pod", "q", rv="2"), end("Pod")])
+    assert [(x.type, x.name) for x in pending(sub)] == [("MODIFIED", "q")]  # an agent's ADDED, a change here
+
+
+async def test_snapshot_sweeps_and_dropped_accounts_are_deletions():
+    c = Cache()
+    c.apply("a", [added("Pod", "p", rv="1"), added("Pod", "q", rv="7")])
+    c.apply("b", [added("ConfigMap", "cm", rv="4")])
+    sub = c.subscribe()
+    c.apply("a", [begin("Pod"), added("Pod", "p", rv="1"), end("Pod")])
+    c.drop_account("b")
+    c.drop_account("b")  # unknown by now: nothing more
+    assert [(x.account, x.type, x.kind, x.name, x.resource_version, x.object) for x in pending(sub)] == [
+        ("a", "DELETED", "Pod", "q", "7", body("q", rv="7")),
+        ("b", "DELETED", "ConfigMap", "cm", "4", body("cm", rv="4")),
+    ]
+
+
+async def test_deleting_an_unknown_object_is_not_a_change():
+    c = Cache()
+    sub = c.subscribe()
+    c.apply("a", [deleted("Pod", "never-seen")])
+    assert pending(sub) == []
+
+
+async def test_an_overflowing_subscription_ends_alone():
+    c = Cache()
+    slow = c.subscribe(max_queue=2)
+    fast = c.subscribe()
+    c.apply("a", [added("Pod", f"p{i}") for i in range(3)])
+    assert len(c.query("a")) == 3  # ingest went on
+    assert [x.name for x in pending(fast)] == ["p0", "p1", "p2"]
+    with pytest.raises(SubscriptionOverflow, match="fell more than 2 changes behind"):
+        await anext(slow)
+    assert slow.closed and not fast.closed
+    c.apply("a", [added("Pod", "p3")])
+    assert len(pending(fast)) == 4 and pending(slow) == []
+
+
+async def test_close_unsubscribes():
+    c = Cache()
+    sub = c.subscribe()
+    sub.close()
+    c.apply("a", [added("Pod", "p")])
+    assert pending(sub) == []
+    assert [x async for x in sub] == []
