@@ -195,7 +195,7 @@ class Registry:
         return account in session.accounts
 
     def account_info(self, record: AccountRecord) -> dict[str, Any]:
-        counts = self.cache.counts(record.name)
+        counts = {kind: n for kind, n in self.cache.counts(record.name).items() if n}
         doc: dict[str, Any] = {
             "name": record.name, "state": record.state, "agentState": record.agent_state,
             "apiHost": record.api_host, "certificateFingerprint": record.fingerprint,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 from collections.abc import Iterator
@@ -21,6 +22,12 @@ from .link import GRPC_LIMIT_FACTOR, AgentLinkService
 from .registry import Registry
 
 log = logging.getLogger("scaleagent.hub")
+
+# Every cached object is one object the garbage collector tracks: with a million of them a full
+# collection stops the event loop for about a second (bench/hub_cache_memory.py). Cached objects
+# are freed by reference counting and hold no cycles, so they are moved out of the collector's
+# sight at this interval, after a young-generation collection has cleared recent cyclic garbage.
+GC_FREEZE_SECONDS = 30.0
 
 
 class _Server(uvicorn.Server):
@@ -44,6 +51,7 @@ class Hub:
         self._grpc: grpc.aio.Server | None = None
         self._http: _Server | None = None
         self._http_task: asyncio.Task[None] | None = None
+        self._gc_task: asyncio.Task[None] | None = None
 
     @property
     def http_url(self) -> str:
@@ -56,6 +64,7 @@ class Hub:
     async def start(self) -> None:
         await self._start_grpc()
         await self._start_http()
+        self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
         log.info("hub %s: gRPC on %s (%s), HTTP on %s", self.replica, self.grpc_target,
                  "mTLS" if self.config.tls.client_ca_file else "TLS" if self.config.tls.enabled else "plaintext",
                  self.http_url)
@@ -116,11 +125,20 @@ class Hub:
         self._http_task = asyncio.get_running_loop().create_task(self._http.serve(sockets=[sock]), name="hub http")
 
     async def stop(self) -> None:
+        if self._gc_task is not None:
+            self._gc_task.cancel()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             await asyncio.wait([self._http_task])
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+
+
+async def _freeze_periodically() -> None:
+    while True:
+        await asyncio.sleep(GC_FREEZE_SECONDS)
+        gc.collect(1)
+        gc.freeze()
 
 
 def _url_host(host: str) -> str:

@@ -1,0 +1,16 @@
+"""The hub's SQL store: the Dynamic Accounts table (`kubesvc_accounts`) on SQLite, PostgreSQL,
+MySQL or MariaDB, with its schema kept current by Alembic migrations that `Store.open()` applies.
+
+    store = await Store.open(config.database.url)
+    await store.upsert_account("prod-eu", zone_id="eu", properties={"namespaces": ["web"]})
+    await store.set_state("prod-eu", "ACTIVE")
+    await store.close()
+"""
+
+from __future__ import annotations
+
+from .errors import AccountNotFound, StoreError
+from .models import STATES
+from .store import AccountRow, Store, async_url
+
+__all__ = ["STATES", "AccountNotFound", "AccountRow", "Store", "StoreError", "async_url"]

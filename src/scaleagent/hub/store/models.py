@@ -1,0 +1,137 @@
+"""The tables of the hub's database, as SQLAlchemy 2 declarative models.
+
+The schema itself is created by the Alembic migrations in `migrations/`, never by
+`metadata.create_all()`: the models describe it for queries and must agree with the latest
+migration (a test checks that they do). Everything here behaves the same on SQLite, PostgreSQL
+and MySQL/MariaDB; where the three differ by default, the column types say so explicitly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Dialect, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+__all__ = [
+    "ACCOUNTS_TABLE",
+    "Account",
+    "Base",
+    "LENGTHS",
+    "STATES",
+    "UtcDateTime",
+    "VERSION_TABLE",
+]
+
+ACCOUNTS_TABLE = "kubesvc_accounts"
+"""The table name of the seeds (`clouddriver.kubesvc_accounts`)."""
+
+VERSION_TABLE = "scaleagent_alembic_version"
+"""Alembic's bookkeeping table. Not Alembic's default `alembic_version`: the hub may share a
+database (Clouddriver's, say) with another Alembic user, whose revisions must not mix with ours."""
+
+STATES = (
+    "INACTIVE",
+    "ACTIVE",
+    "FAILED",
+    "ORPHANED",
+    "TO_MIGRATE",
+    "ACTIVATING",
+    "TO_DEACTIVATE",
+    "DEACTIVATING",
+)
+"""An account's lifecycle states, as the seeds name them. The first four last; the others are
+transient steps of a migration or deactivation. The store checks states on write only, so a
+replica reading a state added by a newer version still works."""
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A point in time, stored in UTC and always read back as an aware UTC `datetime`.
+
+    Why not plain `DateTime(timezone=True)`: only PostgreSQL keeps the zone. SQLite stores text
+    and MySQL/MariaDB a DATETIME, both read back naive, and MySQL's DATETIME drops microseconds
+    unless asked for `fsp=6`. So values are converted to UTC on the way in (naive ones are
+    refused: their zone is a guess), stored naive where the database has no zone, and given
+    their UTC zone back on the way out, so that all three databases return equal values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: give it a time zone (the store keeps UTC)")
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+LENGTHS = {
+    "name": 253,
+    "state": 32,
+    "zone_id": 253,
+    "kube_host": 2048,
+    "cert_fingerprint": 128,
+    "agent_id": 253,
+}
+"""Maximum lengths (characters) of the bounded string columns. The store checks them itself:
+PostgreSQL refuses a longer value, MySQL may cut it, SQLite keeps it; checking first makes the
+three behave alike and the error name the field. 253 is the longest DNS name, which Kubernetes
+uses for object names."""
+
+
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+"""Unbounded text. MySQL's TEXT stops at 64 KiB where PostgreSQL and SQLite have no limit."""
+
+LongBinary = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+"""Unbounded bytes. MySQL's BLOB stops at 64 KiB; an encrypted kubeconfig can be larger."""
+
+
+class Base(DeclarativeBase):
+    """The declarative base of the hub's tables."""
+
+    type_annotation_map = {dict[str, Any]: JSON}
+
+
+class Account(Base):
+    """One row of `kubesvc_accounts`: an account the hub manages (Dynamic Accounts).
+
+    `kubeconfig_file` is the reference as the user gave it (a path or an `encryptedFile:`
+    secret reference), `kubeconfig_encrypted` an encrypted kubeconfig the hub holds itself.
+    `properties` keeps the rest of the account's settings (namespaces, kinds, ...) as JSON.
+    """
+
+    __tablename__ = ACCOUNTS_TABLE
+    __table_args__ = (
+        UniqueConstraint("name", name="uq_kubesvc_accounts_name"),
+        Index("ix_kubesvc_accounts_state", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(LENGTHS["name"]), nullable=False)
+    state: Mapped[str] = mapped_column(String(LENGTHS["state"]), nullable=False)
+    zone_id: Mapped[str | None] = mapped_column(String(LENGTHS["zone_id"]))
+    kubeconfig_file: Mapped[str | None] = mapped_column(LongText)
+    kubeconfig_encrypted: Mapped[bytes | None] = mapped_column(LongBinary)
+    properties: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    kube_host: Mapped[str | None] = mapped_column(String(LENGTHS["kube_host"]))
+    cert_fingerprint: Mapped[str | None] = mapped_column(String(LENGTHS["cert_fingerprint"]))
+    agent_id: Mapped[str | None] = mapped_column(String(LENGTHS["agent_id"]))
+    error_message: Mapped[str | None] = mapped_column(LongText)
+    failed_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)

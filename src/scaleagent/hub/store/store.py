@@ -1,0 +1,464 @@
+"""`Store`: the hub's accounts table (`kubesvc_accounts`) behind a small async API.
+
+One `Store` per hub process, opened from the `database.url` setting. It hides which database
+is behind it: SQLite (one file, a single replica) or PostgreSQL / MySQL / MariaDB (shared by the
+replicas). Every method is one short transaction, so no session outlives a call and nothing
+holds a lock across an `await` of the caller's. Errors from the database come out as
+`StoreError` with a readable reason and the URL redacted; a password never reaches a message
+or a log, because the engine is created with `hide_parameters` and every message goes through
+`_scrub`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic_core import PydanticCustomError
+from sqlalchemy import Connection, delete, event, select, update
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from ..config import check_database_url, redact_url
+from . import migrate
+from .errors import AccountNotFound, StoreError
+from .models import LENGTHS, STATES, Account
+
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "SQLITE_BUSY_TIMEOUT_MS", "AccountRow", "Store", "async_url"]
+
+CONNECT_TIMEOUT_SECONDS = 10
+"""How long opening a connection to a database server may take before the store reports it
+unreachable (the drivers' own defaults are 60 s or none, far too long for a hub starting up)."""
+
+SQLITE_BUSY_TIMEOUT_MS = 5000
+"""How long an SQLite statement waits for another connection's write lock. The wait happens on
+aiosqlite's own thread, never on the event loop."""
+
+_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg", "mysql": "aiomysql", "mariadb": "aiomysql"}
+"""The one async driver the hub ships for each database it supports."""
+
+_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mysql": "mysql", "mariadb": "mysql"}
+"""MariaDB goes through SQLAlchemy's `mysql` dialect, which detects MariaDB by itself; the
+`mariadb` dialect would add nothing but a refusal to talk to MySQL."""
+
+_FIELDS = (
+    "state",
+    "zone_id",
+    "kubeconfig_file",
+    "kubeconfig_encrypted",
+    "properties",
+    "kube_host",
+    "cert_fingerprint",
+    "agent_id",
+    "error_message",
+    "failed_count",
+)
+"""What `upsert_account` may set. `id`, `name` and the timestamps belong to the store."""
+
+log = logging.getLogger("scaleagent.hub.store")
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRow:
+    """One account as stored: a detached copy, safe to keep and pass around after the call.
+
+    `created_at` and `updated_at` are aware UTC datetimes whatever the database;
+    `kubeconfig_encrypted` is left out of `repr()` so that logging a row can't dump it.
+    """
+
+    id: int
+    name: str
+    state: str
+    zone_id: str | None
+    kubeconfig_file: str | None
+    kubeconfig_encrypted: bytes | None = field(repr=False)
+    properties: dict[str, Any]
+    kube_host: str | None
+    cert_fingerprint: str | None
+    agent_id: str | None
+    error_message: str | None
+    failed_count: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def _from_model(cls, row: Account) -> AccountRow:
+        return cls(
+            id=row.id,
+            name=row.name,
+            state=row.state,
+            zone_id=row.zone_id,
+            kubeconfig_file=row.kubeconfig_file,
+            kubeconfig_encrypted=row.kubeconfig_encrypted,
+            properties=dict(row.properties or {}),
+            kube_host=row.kube_host,
+            cert_fingerprint=row.cert_fingerprint,
+            agent_id=row.agent_id,
+            error_message=row.error_message,
+            failed_count=row.failed_count,
+            created_at=_utc(row.created_at),
+            updated_at=_utc(row.updated_at),
+        )
+
+
+def async_url(url: str) -> URL:
+    """The SQLAlchemy URL the store connects with: `url` (a `database.url` setting) with the
+    hub's async driver for its database, and MySQL's charset set to utf8mb4 unless given.
+
+    `sqlite://`, `postgresql://`, `mysql://` and `mariadb://` get aiosqlite, asyncpg and
+    aiomysql; naming one of those drivers explicitly is fine, naming another (psycopg2,
+    pymysql, ...) is refused, since the hub only ships these and must not block its event loop.
+    Raises StoreError; messages never repeat the URL's password.
+    """
+    try:
+        check_database_url(url)
+    except PydanticCustomError as exc:
+        raise StoreError(f"database URL: {exc.message()}") from None
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # SQLAlchemy's message repeats the URL
+        raise StoreError("database URL: SQLAlchemy cannot parse it; the value is not shown, it may hold a password") from None
+    dialect, _, driver = parsed.drivername.partition("+")
+    wanted = _DRIVERS[dialect]  # check_database_url admitted only these dialects
+    if driver and driver != wanted:
+        raise StoreError(
+            f"database URL {redact_url(url)}: the driver {driver!r} is not supported for {dialect}; the hub "
+            f"is asynchronous and ships {wanted}: write '{dialect}://...' or '{dialect}+{wanted}://...'"
+        )
+    parsed = parsed.set(drivername=f"{_DIALECTS[dialect]}+{wanted}")
+    if dialect == "sqlite":
+        if parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory":
+            raise StoreError(
+                f"database URL {redact_url(url)}: an in-memory SQLite database would vanish with the hub "
+                "and cannot be shared by its connections; name a file: 'sqlite:///scale-agent-hub.db'"
+            )
+    elif _DIALECTS[dialect] == "mysql" and "charset" not in parsed.query:
+        # Without it the connection may use latin1 or 3-byte utf8, and names or messages with
+        # other characters would fail or be mangled on MySQL only.
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+class Store:
+    """The hub's SQL store. Create it with `await Store.open(url)`, end with `await close()`
+    (or use `async with`). Safe to share between tasks: each call takes its own connection."""
+
+    url_for_display: str
+    """The database URL with any password replaced by `***`: for logs and messages."""
+
+    def __init__(self, engine: AsyncEngine, url_for_display: str, secret: str | None) -> None:
+        """Use `Store.open()`; this only wires up an engine that is already migrated."""
+        self._engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._secret = secret
+        self.url_for_display = url_for_display
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """Connect to the database at `url` (a `database.url` setting) and bring its schema up
+        to date, creating the table on first use; for SQLite, create the file and its directory.
+
+        Raises StoreError, with the URL redacted, when the URL is unsupported, the database
+        cannot be reached or refuses us, or its schema is newer than this hub's.
+        """
+        target = async_url(url)
+        display = redact_url(url)
+        secret = target.password if isinstance(target.password, str) and target.password else None
+        if target.get_backend_name() == "sqlite":
+            _make_parent_dir(target, display)
+        engine = _create_engine(target)
+        store = cls(engine, display, secret)
+        try:
+            revision = await migrate.upgrade(engine, display)
+        except StoreError:
+            await engine.dispose()
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            await engine.dispose()
+            raise StoreError(f"cannot open the database {_where(target)} ({display}): {store._reason(exc)}") from None
+        log.info("database %s opened (schema revision %s)", display, revision)
+        return store
+
+    async def close(self) -> None:
+        """Close every pooled connection. The store can't be used afterwards."""
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url_for_display!r})"
+
+    # --- accounts ---------------------------------------------------------------------------
+
+    async def upsert_account(self, name: str, **fields: Any) -> AccountRow:
+        """Create the account `name`, or update the fields given if it exists; return it as stored.
+
+        Fields are the columns other than `id`, `name` and the timestamps (see `AccountRow`);
+        those not given keep their value, or on insert take their default (`state` INACTIVE,
+        the state of a newly added account; `properties` {}; `failed_count` 0).
+        `updated_at` is set to now (or kept, if it is later: replicas' clocks differ, and it
+        must never go backwards), and `created_at` to now on insert.
+
+        Two replicas creating the same name at once: the loser's insert hits the unique
+        constraint, and it retries once as an update, so both calls succeed.
+        """
+        _check_name(name)
+        values = _check_fields(fields)
+        for attempt in (1, 2):
+            try:
+                async with self._transaction("upsert_account", name) as session:
+                    row = (await session.execute(select(Account).where(Account.name == name))).scalar_one_or_none()
+                    now = _now()
+                    if row is None:
+                        row = Account(
+                            name=name, state="INACTIVE", properties={}, failed_count=0, created_at=now, updated_at=now
+                        )
+                        session.add(row)
+                    else:
+                        row.updated_at = max(now, _utc(row.updated_at))
+                    for key, value in values.items():
+                        setattr(row, key, value)
+                    await session.flush()
+                    result = AccountRow._from_model(row)
+                return result
+            except IntegrityError as exc:
+                if attempt == 2:
+                    raise StoreError(
+                        f"upsert_account {name!r} on {self.url_for_display}: the database refused it twice: "
+                        f"{self._reason(exc)}"
+                    ) from None
+                log.debug("account %r was created concurrently; retrying as an update", name)
+        raise AssertionError("unreachable")
+
+    async def get_account(self, name: str) -> AccountRow | None:
+        """The account `name`, or None if there is none."""
+        _check_name(name)
+        async with self._transaction("get_account", name) as session:
+            row = (await session.execute(select(Account).where(Account.name == name))).scalar_one_or_none()
+            return None if row is None else AccountRow._from_model(row)
+
+    async def list_accounts(self, *, states: Collection[str] = ()) -> list[AccountRow]:
+        """All accounts ordered by name, or only those in one of `states` when it is not empty."""
+        if isinstance(states, str):  # list_accounts(states="ACTIVE") would otherwise mean letters
+            raise StoreError(f"list_accounts: states must be a collection of states, not the string {states!r}")
+        for state in states:
+            _check_state(state)
+        query = select(Account).order_by(Account.name)
+        if states:
+            query = query.where(Account.state.in_(sorted(set(states))))
+        async with self._transaction("list_accounts") as session:
+            return [AccountRow._from_model(row) for row in (await session.execute(query)).scalars()]
+
+    async def set_state(self, name: str, state: str, *, error_message: str | None = None) -> None:
+        """Move the account `name` to `state` and set its `error_message` (None clears it: a
+        message describes the latest failure, not history). `failed_count` is left to the caller
+        (`upsert_account(name, failed_count=...)`). Raises AccountNotFound if there is no such
+        account."""
+        _check_name(name)
+        _check_state(state)
+        if error_message is not None and not isinstance(error_message, str):
+            raise StoreError(f"set_state {name!r}: error_message must be a string or None, got {type(error_message).__name__}")
+        async with self._transaction("set_state", name) as session:
+            result = await session.execute(
+                update(Account)
+                .where(Account.name == name)
+                .values(state=state, error_message=error_message, updated_at=_now())
+                .execution_options(synchronize_session=False)
+            )
+            if result.rowcount == 0:
+                raise AccountNotFound(name)
+
+    async def delete_account(self, name: str) -> bool:
+        """Delete the account `name`; False if there was none (deleting twice is not an error,
+        so that two replicas carrying out the same request both succeed)."""
+        _check_name(name)
+        async with self._transaction("delete_account", name) as session:
+            result = await session.execute(
+                delete(Account).where(Account.name == name).execution_options(synchronize_session=False)
+            )
+            return result.rowcount > 0
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _transaction(self, action: str, name: str | None = None) -> AsyncIterator[AsyncSession]:
+        """One session and one transaction, committed on success. Driver and connection errors
+        become StoreError naming the action, the account and the database; IntegrityError passes
+        through untouched for `upsert_account` to retry."""
+        try:
+            async with self._sessions.begin() as session:
+                yield session
+        except (StoreError, IntegrityError):
+            raise
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            subject = f"{action} {name!r}" if name is not None else action
+            raise StoreError(f"{subject} on {self.url_for_display}: {self._reason(exc)}") from None
+
+    def _reason(self, exc: BaseException) -> str:
+        """What the database or driver said, in one line, without SQL, parameters or password.
+
+        SQLAlchemy's own message appends the statement, and the async adapters wrap the
+        driver's exception in their own class; the driver's message is what a user can act on.
+        """
+        inner: BaseException = exc
+        if isinstance(exc, DBAPIError) and exc.orig is not None:
+            inner = exc.orig
+            while inner.__cause__ is not None and type(inner).__module__.startswith("sqlalchemy"):
+                inner = inner.__cause__
+        args = inner.args
+        if len(args) == 2 and isinstance(args[0], int) and isinstance(args[1], str):
+            text = f"{args[1]} (error {args[0]})"  # PyMySQL's (code, message)
+        else:
+            text = str(inner).strip() or type(inner).__name__
+        if isinstance(exc, SQLAlchemyError) and inner is exc:
+            text = text.split("\n[SQL:", 1)[0]
+        text = " ".join(text.split())
+        if self._secret:
+            text = text.replace(self._secret, "***")
+        return text
+
+
+def _create_engine(url: URL) -> AsyncEngine:
+    """An async engine for `url` (already mapped by `async_url`), with the per-database settings
+    the store relies on."""
+    backend = url.get_backend_name()
+    options: dict[str, Any] = {"hide_parameters": True}  # errors and logs must not show values
+    if backend == "postgresql":
+        options |= {"pool_pre_ping": True, "connect_args": {"timeout": CONNECT_TIMEOUT_SECONDS}}
+    elif backend == "mysql":
+        # MySQL closes idle connections after wait_timeout (8 h by default): recycle before that.
+        options |= {
+            "pool_pre_ping": True,
+            "pool_recycle": 3600,
+            "connect_args": {"connect_timeout": CONNECT_TIMEOUT_SECONDS},
+        }
+    engine = create_async_engine(url, **options)
+    if backend == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_on_connect)
+        event.listen(engine.sync_engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    """Set up each new SQLite connection.
+
+    - `isolation_level = None`: stop Python's sqlite3 from starting transactions itself (it
+      skips them for SELECT and DDL); `_sqlite_on_begin` begins them instead.
+    - WAL: readers don't block the writer nor it them, so a slow reader can't stall the hub.
+    - busy_timeout: a connection waiting for another's write lock retries for a while instead
+      of failing at once with "database is locked". It waits on aiosqlite's thread.
+    - synchronous=NORMAL: with WAL still crash-safe (a power cut may lose the last commits,
+      never corrupt the file), and commits don't each wait for an fsync.
+    """
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    """Begin every transaction with the write lock (`BEGIN IMMEDIATE`). A deferred BEGIN would
+    let two transactions read and then both try to write, and in WAL mode the second fails at
+    once (SQLITE_BUSY) instead of waiting; taking the lock first makes it wait its turn, and also
+    serialises two hubs migrating one file."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _make_parent_dir(url: URL, display: str) -> None:
+    """Create the SQLite file's directory, so that a fresh install's default path just works."""
+    database = url.database or ""
+    if database.startswith("file:"):  # a URI filename (?uri=true): leave it to SQLite
+        return
+    parent = Path(database).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory {str(parent)!r} for the database {display}: {exc.strerror}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"the directory {str(parent)!r} of the database {display} is not writable by this user; SQLite "
+            "needs to create its journal files next to the database"
+        )
+
+
+def _where(url: URL) -> str:
+    """Where the database is, for an error message: the file, host:port or socket."""
+    if url.get_backend_name() == "sqlite":
+        return f"file {url.database!r}"
+    host = url.host or url.query.get("host") or url.query.get("unix_socket") or "localhost"
+    if isinstance(host, tuple):
+        host = ",".join(host)
+    return f"at {host}:{url.port}" if url.port else f"at {host}"
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise StoreError(f"an account name must be a non-empty string, got {name!r}")
+    if len(name) > LENGTHS["name"]:
+        raise StoreError(f"account name {name[:40]!r}... is {len(name)} characters long; the most is {LENGTHS['name']}")
+
+
+def _check_state(state: object) -> None:
+    if state not in STATES:
+        raise StoreError(f"{state!r} is not an account state; use one of {', '.join(STATES)}")
+
+
+def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Validate `upsert_account`'s fields before any SQL, so that a mistake is reported by name
+    and alike on every database (they differ on over-long strings and on types)."""
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown:
+        raise StoreError(f"unknown account field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(_FIELDS)}")
+    values = dict(fields)
+    for key, value in values.items():
+        if key == "state":
+            _check_state(value)
+        elif key == "kubeconfig_encrypted":
+            if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+                raise StoreError(f"kubeconfig_encrypted must be bytes or None, got {type(value).__name__}")
+            values[key] = None if value is None else bytes(value)
+        elif key == "properties":
+            if not isinstance(value, dict):
+                raise StoreError(f"properties must be a dict, got {type(value).__name__}")
+            try:
+                # A round trip both checks it is JSON and detaches it from the caller's object.
+                values[key] = json.loads(json.dumps(value, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"properties must be JSON (str keys; str, number, bool, None, list, dict values): {exc}") from None
+        elif key == "failed_count":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StoreError(f"failed_count must be an integer >= 0, got {value!r}")
+        else:
+            if value is not None and not isinstance(value, str):
+                raise StoreError(f"{key} must be a string or None, got {type(value).__name__}")
+            limit = LENGTHS.get(key)
+            if value is not None and limit is not None and len(value) > limit:
+                raise StoreError(f"{key} is {len(value)} characters long; the most is {limit}")
+    return values
+
+
+def _now() -> datetime:
+    """Now in UTC, to the microsecond every database keeps."""
+    return datetime.now(UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    """Make an aware UTC datetime of a value from the ORM; `UtcDateTime` does this on load, this
+    covers values the session still holds as they were assigned."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
