@@ -171,7 +171,9 @@ class Store:
         """
         target = async_url(url)
         display = redact_url(url)
-        secret = target.password if isinstance(target.password, str) and target.password else None
+        secret = target.password or target.query.get("password") or None
+        if not isinstance(secret, str):  # a repeated ?password= parameter: hide none rather than guess
+            secret = None
         if target.get_backend_name() == "sqlite":
             _make_parent_dir(target, display)
         engine = _create_engine(target)

@@ -1,0 +1,358 @@
+"""The hub's SQL store against real databases: an SQLite file, the local PostgreSQL and MariaDB.
+
+Every test that touches a database runs on all three. PostgreSQL and MariaDB tests share one
+database per test session, created under a unique name (so parallel runs and other suites never
+meet) and dropped at the end; each test starts from an empty schema in it. A server that is down
+fails the tests, with how to start it: scripts/test does (scripts/setup.sh ensure_databases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiomysql
+import asyncpg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, insert, inspect, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from scaleagent.hub.store import STATES, AccountNotFound, AccountRow, Store, StoreError, async_url
+from scaleagent.hub.store.migrate import HEAD, alembic_config
+from scaleagent.hub.store.models import VERSION_TABLE, Account, Base
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": "test"}
+MY = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "db": "test"}
+HOW_TO_START = (
+    "run the suite with scripts/test, which starts the local PostgreSQL and MariaDB "
+    "(scripts/setup.sh ensure_databases), or start the server yourself"
+)
+BACKENDS = ["sqlite", "postgresql", "mariadb"]
+
+T = TypeVar("T")
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine from a sync session fixture, on its own thread and loop, so as not to
+    disturb the event loops pytest-asyncio gives each test."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, fn()).result()  # type: ignore[arg-type]
+
+
+def unique_db_name() -> str:
+    return f"scaleagent_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_db() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session, created and dropped as user postgres."""
+    name = unique_db_name()
+
+    async def create() -> None:
+        conn = await asyncpg.connect(**PG, timeout=5)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(**PG, timeout=5)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    try:
+        run_async(create)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is not usable: {exc}; {HOW_TO_START}")
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    run_async(drop)
+
+
+@pytest.fixture(scope="session")
+def mariadb_db() -> Iterator[str]:
+    """A fresh MariaDB database for this session, created and dropped as root."""
+    name = unique_db_name()
+
+    async def execute(sql: str) -> None:
+        conn = await aiomysql.connect(**MY, connect_timeout=5)
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(sql)
+        finally:
+            conn.close()
+
+    try:
+        run_async(lambda: execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    except (OSError, aiomysql.Error) as exc:
+        pytest.fail(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not usable: {exc}; {HOW_TO_START}")
+    yield f"mysql://root@127.0.0.1:3306/{name}"
+    run_async(lambda: execute(f"DROP DATABASE IF EXISTS `{name}`"))
+
+
+@pytest.fixture(params=BACKENDS)
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database (no tables of ours) on each backend, as a user would write it."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'hub.db'}"  # 'data' does not exist yet
+    url: str = request.getfixturevalue("postgres_db" if request.param == "postgresql" else "mariadb_db")
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE IF EXISTS {Account.__tablename__}"))
+            await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
+    finally:
+        await engine.dispose()
+    return url
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    async with await Store.open(db_url) as opened:
+        yield opened
+
+
+async def with_engine(url: str, fn: Callable[[Connection], T]) -> T:
+    """Run `fn` on a plain connection of our own, to look at the database behind the store's back."""
+    engine: AsyncEngine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            return await conn.run_sync(fn)
+    finally:
+        await engine.dispose()
+
+
+def current_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+
+# --- schema and migrations -------------------------------------------------------------------
+
+
+async def test_open_creates_the_table_and_reopening_changes_nothing(db_url: str) -> None:
+    async with await Store.open(db_url) as first:
+        await first.upsert_account("kept")
+    columns = await with_engine(db_url, lambda c: {col["name"] for col in inspect(c).get_columns("kubesvc_accounts")})
+    assert columns == {column.name for column in Account.__table__.columns}
+    assert await with_engine(db_url, current_revision) == HEAD
+
+    async with await Store.open(db_url) as second:  # already at head: a no-op, data untouched
+        assert [a.name for a in await second.list_accounts()] == ["kept"]
+    assert await with_engine(db_url, current_revision) == HEAD
+
+
+async def test_models_agree_with_the_migrations(store: Store, db_url: str) -> None:
+    """The models describe the table the migrations create: autogenerate finds nothing to do."""
+
+    def diff(conn: Connection) -> list[Any]:
+        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE, "compare_type": True})
+        return compare_metadata(context, Base.metadata)
+
+    assert await with_engine(db_url, diff) == []
+
+
+def test_head_constant_matches_the_scripts() -> None:
+    assert ScriptDirectory.from_config(alembic_config(None)).get_current_head() == HEAD  # type: ignore[arg-type]
+
+
+async def test_replicas_starting_together_both_open(db_url: str) -> None:
+    stores = await asyncio.gather(*(Store.open(db_url) for _ in range(3)))
+    try:
+        await stores[0].upsert_account("a")
+        assert [a.name for a in await stores[2].list_accounts()] == ["a"]
+    finally:
+        for s in stores:
+            await s.close()
+
+
+async def test_a_schema_newer_than_the_hub_is_refused(store: Store, db_url: str) -> None:
+    await store.close()
+    await with_engine(db_url, lambda c: c.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")))
+    with pytest.raises(StoreError, match=r"revision 0001.*newer version of the hub"):
+        await Store.open(db_url)
+
+
+# --- accounts ----------------------------------------------------------------------------------
+
+
+async def test_upsert_inserts_then_updates(store: Store) -> None:
+    before = datetime.now(UTC)
+    created = await store.upsert_account("acc-1", zone_id="zone-a", kubeconfig_file="encryptedFile:k8s!n:kc!k:config")
+    assert (created.name, created.state, created.zone_id, created.properties, created.failed_count) == (
+        "acc-1", "INACTIVE", "zone-a", {}, 0,
+    )
+    assert created.created_at.tzinfo is UTC and created.created_at == created.updated_at
+    assert before <= created.created_at <= datetime.now(UTC)
+
+    updated = await store.upsert_account("acc-1", state="ACTIVE", agent_id="agent-7", failed_count=2)
+    assert updated.id == created.id
+    assert (updated.state, updated.zone_id, updated.agent_id, updated.failed_count) == ("ACTIVE", "zone-a", "agent-7", 2)
+    assert updated.created_at == created.created_at
+    assert updated.updated_at >= created.updated_at
+    assert await store.get_account("acc-1") == updated
+    assert await store.get_account("nope") is None
+
+
+async def test_list_filters_by_state(store: Store) -> None:
+    for name, state in [("c", "ACTIVE"), ("a", "FAILED"), ("b", "ACTIVE"), ("d", "INACTIVE")]:
+        await store.upsert_account(name, state=state)
+    assert [a.name for a in await store.list_accounts()] == ["a", "b", "c", "d"]
+    assert [a.name for a in await store.list_accounts(states=["ACTIVE"])] == ["b", "c"]
+    assert [a.name for a in await store.list_accounts(states={"FAILED", "INACTIVE"})] == ["a", "d"]
+    assert await store.list_accounts(states=["ORPHANED"]) == []
+    with pytest.raises(StoreError, match="'RUNNING' is not an account state"):
+        await store.list_accounts(states=["RUNNING"])
+
+
+async def test_set_state_sets_and_clears_the_error(store: Store) -> None:
+    created = await store.upsert_account("acc")
+    await store.set_state("acc", "FAILED", error_message="cannot reach https://10.0.0.1:6443: timeout")
+    failed = await store.get_account("acc")
+    assert failed is not None and (failed.state, failed.error_message) == ("FAILED", "cannot reach https://10.0.0.1:6443: timeout")
+    assert failed.updated_at >= created.updated_at and failed.created_at == created.created_at
+    await store.set_state("acc", "ACTIVE")
+    active = await store.get_account("acc")
+    assert active is not None and (active.state, active.error_message) == ("ACTIVE", None)
+    with pytest.raises(AccountNotFound, match="no account named 'ghost'"):
+        await store.set_state("ghost", "ACTIVE")
+    with pytest.raises(StoreError, match="'active' is not an account state"):
+        await store.set_state("acc", "active")
+
+
+async def test_delete(store: Store) -> None:
+    await store.upsert_account("gone")
+    await store.upsert_account("stays")
+    assert await store.delete_account("gone") is True
+    assert await store.delete_account("gone") is False
+    assert [a.name for a in await store.list_accounts()] == ["stays"]
+
+
+async def test_values_round_trip_exactly(store: Store) -> None:
+    """Unicode everywhere, nested JSON, bytes, microseconds, and values past MySQL's 64 KiB TEXT."""
+    properties = {"namespaces": ["web", "données"], "labels": {"équipe": "платформа", "emoji": "🚀"},
+                  "limits": {"n": 3, "ratio": 0.5, "on": True, "none": None}}
+    blob = bytes(range(256)) * 400  # 100 KiB, every byte value
+    message = "échec: " + "x" * 70_000
+    row = await store.upsert_account("ñame-ü", properties=properties, kubeconfig_encrypted=blob, error_message=message,
+                                     kube_host="https://kube.example.com:6443", cert_fingerprint="ab:cd" * 25)
+    again = await store.get_account("ñame-ü")
+    assert again == row
+    assert again.properties == properties and again.kubeconfig_encrypted == blob and again.error_message == message
+    assert "kubeconfig_encrypted" not in repr(again)  # encrypted or not, it does not go to logs
+
+
+async def test_names_are_unique_and_exact(store: Store, db_url: str) -> None:
+    await store.upsert_account("dup")
+    now = datetime.now(UTC)
+    row = {"name": "dup", "state": "ACTIVE", "properties": {}, "created_at": now, "updated_at": now}
+    with pytest.raises(IntegrityError):
+        await with_engine(db_url, lambda c: c.execute(insert(Account).values(**row)))
+    # Names differing in case or by a trailing space are different accounts on every database.
+    for name in ["Dup", "dup "]:
+        await store.upsert_account(name)
+    assert sorted(a.name for a in await store.list_accounts()) == ["Dup", "dup", "dup "]
+
+
+async def test_concurrent_upserts_of_a_new_name_all_succeed(store: Store) -> None:
+    rows = await asyncio.gather(*(store.upsert_account("race", zone_id=f"z{i}") for i in range(8)))
+    assert len({r.id for r in rows}) == 1
+    [stored] = await store.list_accounts()
+    assert stored.zone_id in {f"z{i}" for i in range(8)}
+
+
+async def test_bad_fields_are_refused_by_name(store: Store) -> None:
+    with pytest.raises(StoreError, match=r"unknown account field\(s\) 'zoneId'; the fields are state, zone_id"):
+        await store.upsert_account("a", zoneId="x")
+    with pytest.raises(StoreError, match="zone_id is 254 characters long; the most is 253"):
+        await store.upsert_account("a", zone_id="z" * 254)
+    with pytest.raises(StoreError, match="properties must be JSON"):
+        await store.upsert_account("a", properties={"when": datetime.now(UTC)})
+    with pytest.raises(StoreError, match="failed_count must be an integer >= 0"):
+        await store.upsert_account("a", failed_count=-1)
+    with pytest.raises(StoreError, match="account name must be a non-empty string"):
+        await store.upsert_account("")
+    assert await store.list_accounts() == []
+    assert set(STATES) == {"INACTIVE", "ACTIVE", "FAILED", "ORPHANED", "TO_MIGRATE", "ACTIVATING", "TO_DEACTIVATE",
+                           "DEACTIVATING"}
+
+
+# --- URLs and errors ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://hub:s3cret-pw@127.0.0.1:1/hub",
+    "postgresql+asyncpg://hub:s3cret-pw@127.0.0.1:1/hub",
+    "mysql://hub:s3cret-pw@127.0.0.1:1/hub",
+    "mariadb://hub:s3cret-pw@127.0.0.1:1/hub",
+])
+async def test_unreachable_server_names_the_host_not_the_password(url: str) -> None:
+    with pytest.raises(StoreError) as caught:
+        await Store.open(url)
+    message = str(caught.value)
+    assert message.startswith("cannot open the database at 127.0.0.1:1 (")
+    assert "hub:***@127.0.0.1:1" in message and "s3cret" not in message
+
+
+async def test_wrong_password_is_reported_without_it(mariadb_db: str) -> None:
+    with pytest.raises(StoreError, match=r"Access denied for user 'root'.*\(error 1045\)") as caught:
+        await Store.open(mariadb_db.replace("root@", "root:s3cret-pw@"))
+    assert "s3cret" not in str(caught.value)
+
+
+async def test_the_password_stays_out_of_logs(postgres_db: str, caplog: pytest.LogCaptureFixture) -> None:
+    url = postgres_db.replace("postgres@", "postgres:s3cret-pw@")  # trust auth: any password is accepted
+    caplog.set_level(logging.DEBUG)
+    async with await Store.open(url) as store:
+        assert store.url_for_display == url.replace("s3cret-pw", "***")
+        assert "s3cret" not in repr(store)
+        await store.upsert_account("logged", kube_host="h")
+    assert "s3cret" not in caplog.text and "opened (schema revision 0001)" in caplog.text
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("oracle://u:pw@db/x", "'oracle' is not a supported database"),
+    ("postgres://u:pw@db/x", "SQLAlchemy calls it 'postgresql'"),
+    ("postgresql+psycopg2://u:pw@db/x", "the driver 'psycopg2' is not supported for postgresql;.*'postgresql\\+asyncpg://"),
+    ("mysql+pymysql://u:pw@db/x", "the driver 'pymysql' is not supported for mysql"),
+    ("sqlite://", "in-memory SQLite database"),
+    ("sqlite:///:memory:", "in-memory SQLite database"),
+    ("db.example.com:5432", "not a database URL"),
+])
+async def test_unsupported_urls_are_refused(url: str, expected: str) -> None:
+    with pytest.raises(StoreError, match=expected) as caught:
+        await Store.open(url)
+    assert ":pw@" not in str(caught.value)
+
+
+def test_urls_get_the_async_drivers() -> None:
+    assert str(async_url("sqlite:///a/hub.db")) == "sqlite+aiosqlite:///a/hub.db"
+    assert str(async_url("postgresql://h/db")) == "postgresql+asyncpg://h/db"
+    assert str(async_url("postgresql+asyncpg://h/db")) == "postgresql+asyncpg://h/db"
+    assert str(async_url("mysql://h/db")) == "mysql+aiomysql://h/db?charset=utf8mb4"
+    assert str(async_url("mariadb+aiomysql://h/db?charset=utf8")) == "mysql+aiomysql://h/db?charset=utf8"
+
+
+async def test_sqlite_directory_that_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="cannot create the directory .*file/sub"):
+        await Store.open(f"sqlite:///{blocker}/sub/hub.db")
+
+
+def test_account_row_is_frozen() -> None:
+    now = datetime.now(UTC)
+    row = AccountRow(1, "a", "ACTIVE", None, None, None, {}, None, None, None, None, 0, now, now)
+    with pytest.raises(AttributeError):
+        row.state = "FAILED"  # type: ignore[misc]
