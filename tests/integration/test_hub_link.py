@@ -257,3 +257,28 @@ def test_insecure_skip_verify_connects_without_the_ca_and_agent_id_names_the_age
     procs.append(agent)
     agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="a connection without the CA")
     assert [a["agentId"] for a in hub.json("/armory/agents")] == ["east-1"]
+
+
+def test_a_restarted_hub_remembers_which_cluster_an_account_name_stands_for(kubesim, namespace, procs, tmp_path, pki):
+    import sqlite3
+
+    port = free_port()
+    hub = start_hub(procs, tmp_path, pki, port=port)
+    account = {"name": "p", "kubeConfigFile": str(kubesim.admin(0)), "namespaces": [namespace], "kinds": ["ConfigMap"]}
+    agent = start_agent(procs, tmp_path, hub, pki, [account])
+    hub.wait_until("/api/v1/accounts/p", lambda d: d["agentState"] == "watching", what="the account watching")
+    assert agent.stop() == 0
+    assert hub.stop() == 0
+    with sqlite3.connect(tmp_path / "hub.db") as db:
+        rows = db.execute("SELECT name, state, kube_host, agent_id FROM kubesvc_accounts").fetchall()
+    assert rows == [("p", "ACTIVE", kubesim.urls[0], rows[0][3])] and rows[0][3]
+
+    hub = start_hub(procs, tmp_path, pki, port=port)
+    info = hub.json("/api/v1/accounts/p")
+    assert info["state"] == "DISCONNECTED" and info["apiHost"] == kubesim.urls[0]
+    imposter = start_agent(procs, tmp_path, hub, pki, [{**account, "kubeConfigFile": str(kubesim.admin(1))}])
+    imposter.wait_health(lambda d: "already registered for another cluster" in d["accounts"][0].get("reason", ""),
+                         what="the other cluster refused after the restart")
+    assert imposter.stop() == 0
+    start_agent(procs, tmp_path, hub, pki, [account])
+    hub.wait_until("/api/v1/accounts/p", lambda d: d["state"] == "ACTIVE", what="the account back")

@@ -37,11 +37,12 @@ def run(args: argparse.Namespace) -> int:
 
 async def serve(config) -> int:  # noqa: ANN001
     from .service import Hub
+    from .store import StoreError
 
     hub = Hub(config)
     try:
         await hub.start()
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, StoreError) as e:
         print(f"scale-agent hub: cannot start: {e}", file=sys.stderr)
         await hub.stop()
         return 1

@@ -6,6 +6,12 @@ with another cluster is refused (as Clouddriver refuses it) until the first clai
 the last session serving an account ends, the account is still served from the cache for the
 grace period, so an agent restart or a network blip loses nothing; after that it is ORPHANED and
 its objects leave the cache.
+
+Accounts are also recorded in the database (`kubesvc_accounts`): which cluster a name stands
+for, which agent and zone serve it, and its state. A restarted hub reads the ACTIVE ones back as
+DISCONNECTED, so a name keeps its cluster through the restart and is orphaned if no agent
+returns within the grace period. Writes go through one background task, in order, so the
+event path never waits for the database.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from typing import Any
 
 from ..protocol import pb
 from .cache import Cache
+from .store import Store, StoreError
 
 log = logging.getLogger("scaleagent.hub.registry")
 
 ACTIVE, DISCONNECTED, ORPHANED = "ACTIVE", "DISCONNECTED", "ORPHANED"
+INACTIVE = "INACTIVE"  # the database's name for an account no agent is asked to follow
 
 
 @dataclass
@@ -81,12 +89,60 @@ class AccountRecord:
 
 
 class Registry:
-    def __init__(self, cache: Cache, *, grace_seconds: float, replica: str) -> None:
+    def __init__(self, cache: Cache, *, grace_seconds: float, replica: str, store: Store | None = None) -> None:
         self.cache = cache
         self.grace_seconds = grace_seconds
         self.replica = replica
+        self.store = store
         self.sessions: dict[str, Session] = {}
         self.accounts: dict[str, AccountRecord] = {}
+        self._writes: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Take back the accounts the database says were active, and start writing changes."""
+        if self.store is None:
+            return
+        loop = asyncio.get_running_loop()
+        for row in await self.store.list_accounts(states=[ACTIVE]):
+            record = self.accounts[row.name] = AccountRecord(
+                row.name, api_host=row.kube_host or "", fingerprint=row.cert_fingerprint or "",
+                properties=dict(row.properties or {}), zone_id=row.zone_id or "", agent_id=row.agent_id or "",
+                state=DISCONNECTED, disconnected_at=time.time())
+            record.orphan_timer = loop.call_later(self.grace_seconds, self._orphan, record)
+        if self.accounts:
+            log.info("%d account(s) active before the restart: waiting %gs for their agents",
+                     len(self.accounts), self.grace_seconds)
+        self._writer = loop.create_task(self._write_all(), name="registry writes")
+
+    async def stop(self) -> None:
+        """Finish the pending writes (a few seconds at most), then stop."""
+        if self._writer is None:
+            return
+        try:
+            await asyncio.wait_for(self._writes.join(), 5)
+        except asyncio.TimeoutError:
+            log.warning("%d account write(s) to the database not done at shutdown", self._writes.qsize())
+        self._writer.cancel()
+        await asyncio.wait([self._writer])
+
+    async def _write_all(self) -> None:
+        assert self.store is not None
+        while True:
+            name, fields = await self._writes.get()
+            try:
+                await self.store.upsert_account(name, **fields)
+            except StoreError as e:
+                log.error("account %s: cannot record it in the database: %s", name, e)
+            finally:
+                self._writes.task_done()
+
+    def _record(self, record: AccountRecord, state: str) -> None:
+        if self.store is not None:
+            self._writes.put_nowait((record.name, {
+                "state": state, "zone_id": record.zone_id or None, "kube_host": record.api_host,
+                "cert_fingerprint": record.fingerprint, "agent_id": record.agent_id,
+                "properties": record.properties}))
 
     def open(self, session: Session) -> Session:
         self.sessions[session.id] = session
@@ -119,6 +175,7 @@ class Registry:
                 record.sessions.discard(session.id)
                 return why
             # The only session serving it now points it elsewhere: its next snapshot replaces the old objects.
+        was_serving = record is not None and record.state == ACTIVE
         if record is None or record.state == ORPHANED:
             record = self.accounts[name] = AccountRecord(name)
             log.info("account %s registered by agent %s", name, session.agent_id)
@@ -128,12 +185,16 @@ class Registry:
         if record.state != ACTIVE:
             log.info("account %s is served again, by agent %s", name, session.agent_id)
         self._serve(record)
+        before = (record.api_host, record.fingerprint, record.zone_id, record.agent_id, record.properties)
         record.api_host = api_host or record.api_host
         record.fingerprint = fingerprint or record.fingerprint
         record.server_version = server_version or record.server_version
         record.agent_state, record.reason = agent_state, reason
         record.kinds, record.properties = kinds, properties
         record.zone_id, record.agent_id = session.zone_id, session.agent_id
+        if not was_serving or before != (record.api_host, record.fingerprint, record.zone_id, record.agent_id,
+                                               record.properties):
+            self._record(record, ACTIVE)
         return None
 
     def remove(self, session: Session, name: str) -> None:
@@ -176,6 +237,7 @@ class Registry:
                     record.name, self.grace_seconds)
         record.state = ORPHANED
         self.cache.drop_account(record.name)
+        self._record(record, ORPHANED)
         self._unblock(record.name)
 
     def _forget(self, record: AccountRecord) -> None:
@@ -183,6 +245,7 @@ class Registry:
             record.orphan_timer.cancel()
         del self.accounts[record.name]
         self.cache.drop_account(record.name)
+        self._record(record, INACTIVE)  # no agent follows it any more; the row keeps its history
         self._unblock(record.name)
 
     def _unblock(self, name: str) -> None:

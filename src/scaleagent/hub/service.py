@@ -20,8 +20,10 @@ from .cache import Cache
 from .config import HubConfig
 from .link import GRPC_LIMIT_FACTOR, AgentLinkService
 from .registry import Registry
+from .store import Store
 
 log = logging.getLogger("scaleagent.hub")
+logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every start; we log what matters
 
 # Every cached object is one object the garbage collector tracks: with a million of them a full
 # collection stops the event loop for about a second (bench/hub_cache_memory.py). Cached objects
@@ -46,6 +48,7 @@ class Hub:
         self.registry = Registry(self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica)
         self.link = AgentLinkService(self.registry, self.cache, token=config.auth.token.get_secret_value(),
                                      max_message_bytes=config.grpc.max_message_bytes)
+        self.store: Store | None = None
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -62,6 +65,9 @@ class Hub:
         return f"{_url_host(self.config.server.host)}:{self.grpc_port}"
 
     async def start(self) -> None:
+        self.store = await Store.open(self.config.database.url)
+        self.registry.store = self.store
+        await self.registry.start()
         await self._start_grpc()
         await self._start_http()
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
@@ -132,6 +138,9 @@ class Hub:
             await asyncio.wait([self._http_task])
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        await self.registry.stop()
+        if self.store is not None:
+            await self.store.close()
 
 
 async def _freeze_periodically() -> None:
