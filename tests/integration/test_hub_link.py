@@ -282,3 +282,54 @@ def test_a_restarted_hub_remembers_which_cluster_an_account_name_stands_for(kube
     assert imposter.stop() == 0
     start_agent(procs, tmp_path, hub, pki, [account])
     hub.wait_until("/api/v1/accounts/p", lambda d: d["state"] == "ACTIVE", what="the account back")
+
+
+def test_an_agent_restarted_with_fewer_kinds_and_namespaces_leaves_no_phantoms(kubesim, core, namespace, procs,
+                                                                               tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki)
+    other_ns = namespace + "-b"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other_ns)))
+    try:
+        wide = {"name": "f", "kubeConfigFile": str(kubesim.admin()), "namespaces": [namespace, other_ns],
+                "kinds": ["ConfigMap", "Secret"]}
+        agent = start_agent(procs, tmp_path, hub, pki, [wide])
+        for ns in (namespace, other_ns):
+            core.create_namespaced_config_map(ns, cm("c"))
+            core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="s")))
+        hub.wait_until("/api/v1/accounts/f", lambda d: d["objects"] == 4, what="4 objects")
+        assert agent.stop() == 0
+        start_agent(procs, tmp_path, hub, pki, [{**wide, "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+        hub.wait_until("/api/v1/accounts/f", lambda d: d["objectsByKind"] == {"ConfigMap": 1}
+                       and d["agentState"] == "watching", what="only what is still followed")
+        assert [o["metadata"]["namespace"] for o in hub.objects("f")] == [namespace]
+    finally:
+        core.delete_namespace(other_ns)
+
+
+def test_an_account_state_change_reaches_the_hub_without_any_event(kubesim, namespace, procs, tmp_path, pki):
+    from helpers import TcpProxy
+
+    import yaml
+
+    hub = start_hub(procs, tmp_path, pki)
+    proxy = TcpProxy("127.0.0.1", int(kubesim.urls[0].rsplit(":", 1)[1]))
+    kubeconfig = yaml.safe_load(kubesim.admin().read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    proxied = write_yaml(tmp_path / "proxied.yaml", kubeconfig)
+    try:
+        start_agent(procs, tmp_path, hub, pki, [{"name": "e", "kubeConfigFile": str(proxied),
+                                                 "namespaces": [namespace], "kinds": ["ConfigMap"]}])
+        hub.wait_until("/api/v1/accounts/e", lambda d: d["agentState"] == "watching", what="watching")
+        proxy.refusing = True
+        proxy.cut()
+        info = hub.wait_until("/api/v1/accounts/e", lambda d: d["agentState"] == "error", what="the error reported")
+        assert info["reason"]
+    finally:
+        proxy.close()
+
+
+def test_errors_have_one_shape(procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki)
+    assert hub.get("/nope") == (404, {"error": "Not Found", "status": 404})
+    status, doc = hub.get("/api/v1/accounts/none/objects")
+    assert status == 404 and "not known" in doc["error"]

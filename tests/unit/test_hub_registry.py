@@ -98,3 +98,31 @@ async def test_an_account_the_agent_stops_following_leaves_the_cache_at_once():
     cached(cache, "prod")
     registry.remove(s, "prod")
     assert "prod" not in registry.accounts and cache.query("prod") == []
+
+
+async def test_only_an_agent_serving_an_account_can_give_it_up():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=60, replica="r")
+    owner, other = session(registry, "agent-1"), session(registry, "agent-2")
+    describe(registry, owner, "prod", CLUSTER_A)
+    cached(cache, "prod")
+    registry.close(owner)
+    assert describe(registry, other, "prod", CLUSTER_B)  # refused
+    registry.remove(other, "prod")
+    assert registry.accounts["prod"].state == DISCONNECTED and cache.query("prod")
+
+
+async def test_a_watching_account_keeps_only_the_kinds_and_namespaces_it_follows():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=60, replica="r")
+    s = session(registry, "agent-1")
+    describe(registry, s, "prod", CLUSTER_A)
+    cached(cache, "prod", "kept")
+    cache.apply("prod", [pb.Event(type=pb.ADDED, account="prod", version="v1", kind="Secret", namespace="ns",
+                                  name="gone", resource_version="2", object=b'{"kind":"Secret","metadata":{}}')])
+    cache.apply("prod", [pb.Event(type=pb.ADDED, account="prod", version="v1", kind="ConfigMap", namespace="other",
+                                  name="gone", resource_version="3", object=b'{"kind":"ConfigMap","metadata":{}}')])
+    registry.describe(s, "prod", server_version="v1.30.0", agent_state="watching", reason="", kinds=["ConfigMap"],
+                      properties={"namespaces": ["ns"]}, **CLUSTER_A)
+    assert cache.counts("prod") == {"ConfigMap": 1}
+    assert cache.get("prod", "ConfigMap", "ns", "kept") is not None

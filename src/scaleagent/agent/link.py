@@ -106,6 +106,8 @@ class HubLink:
     def describe(self, account: AccountDescription) -> None:
         """Sent before the next batch, so the hub knows an account before its events arrive."""
         self._described[account.name] = account
+        if self._connected.is_set() and not self._queue.full():
+            self._queue.put_nowait((self._epoch, []))  # wakes the writer even when no event follows
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -139,6 +141,8 @@ class HubLink:
                 self._down(str(e))
             except grpc.aio.AioRpcError as e:
                 self._down(_rpc_reason(e))
+            except asyncio.InvalidStateError:  # a write after the call ended: the stream is gone
+                self._down("the stream to the hub ended")
             except (OSError, ssl.SSLError, ValueError) as e:
                 self._down(f"{type(e).__name__}: {e}")
             except Exception as e:  # noqa: BLE001 - a bug must not end the link for good
@@ -169,7 +173,10 @@ class HubLink:
                 protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, zone_id=s.zone_id,
                 agent_version=__version__, dynamic_accounts_enabled=s.dynamic_accounts_enabled,
                 accounts=[_account_message(d) for d in self.accounts.descriptions()])))
-            welcome = await asyncio.wait_for(caching.read(), WELCOME_TIMEOUT)
+            try:
+                welcome = await asyncio.wait_for(caching.read(), WELCOME_TIMEOUT)
+            except asyncio.TimeoutError:
+                raise LinkError(f"no welcome from the hub within {WELCOME_TIMEOUT:g}s") from None
             if welcome is grpc.aio.EOF or not welcome.HasField("welcome"):
                 raise LinkError("the hub did not answer the hello with a welcome")
             w = welcome.welcome
@@ -198,8 +205,11 @@ class HubLink:
             ]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    t.result()  # the failure that ended the session
+                failures = [t.exception() for t in done if t.exception() is not None]
+                # The reader's status says why the hub ended the stream; a writer's error only that it ended.
+                failures.sort(key=lambda e: not isinstance(e, grpc.aio.AioRpcError))
+                if failures:
+                    raise failures[0]
                 raise LinkError("the hub closed the stream")
             finally:
                 self._connected.clear()

@@ -48,9 +48,9 @@ class Agent:
 
     async def stop(self) -> None:
         self.releaser.cancel()
-        await self.accounts.stop()
         if isinstance(self.sink, HubLink):
-            await self.sink.stop()
+            await self.sink.stop()  # first: a resync arriving now must not restart stopped accounts
+        await self.accounts.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..kube.selectors import SelectorError, parse_label_selector
@@ -158,9 +160,15 @@ def create_app(hub: Hub) -> FastAPI:
     async def metrics() -> Response:
         return Response(generate_latest(metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, e: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}"
+                             for err in e.errors())
+        return JSONResponse({"error": f"invalid request: {problems}", "status": 422}, status_code=422)
 
     return app
 

@@ -580,6 +580,41 @@ class Cache:
                     self._emit(account, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
         self._warned = {w for w in self._warned if w[0] != account}
 
+    def retain(self, account: str, kinds: Collection[str], namespaces: Collection[str] = (),
+               omit_namespaces: Collection[str] = ()) -> int:
+        """Drop what an agent no longer follows: kinds not in ``kinds`` (``Kind`` or ``Kind.group``
+        labels), namespaced objects outside ``namespaces`` when it is given, and those inside
+        ``omit_namespaces``.
+
+        No snapshot will ever come again for a scope the agent stopped following (its
+        configuration changed, a kind became forbidden, a CRD was deleted), so without this its
+        objects would stay forever. Returns how many objects went.
+        """
+        acct = self._accounts.get(account)
+        if acct is None:
+            return 0
+        wanted = {k.lower() for k in kinds}
+        gone = 0
+        for key, kind in list(acct.kinds.items()):
+            keep_kind = kind.label_lower in wanted
+            for ns in list(kind.namespaces):
+                if keep_kind and (not ns or ((not namespaces or ns in namespaces) and ns not in omit_namespaces)):
+                    continue
+                nsd = kind.namespaces.pop(ns)
+                for e in nsd.values():
+                    self._forget(kind, e)
+                    gone += 1
+                    if self._subs:
+                        self._emit(account, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
+            if not keep_kind:
+                del acct.kinds[key]
+        return gone
+
+    def close_subscriptions(self) -> None:
+        """End every subscription (the hub is stopping): their readers see the end of the stream."""
+        for sub in self._subs:
+            sub.close()
+
     # ---- reads -----------------------------------------------------------------------------------
 
     def accounts(self) -> list[str]:

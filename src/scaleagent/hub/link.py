@@ -90,6 +90,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of a Caching stream must be a hello")
         hello = first.hello
+        if first.ByteSize() > self.max_message_bytes:
+            raise LinkRefused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              f"a hello of {first.ByteSize()} bytes is over this hub's limit of {self.max_message_bytes}")
         if hello.protocol_version != PROTOCOL_VERSION:
             raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
                               f"protocol version {hello.protocol_version} is not supported: this hub speaks "
@@ -134,10 +137,14 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
     def _account(self, session: Session, a: pb.Account) -> None:
         if not a.name or len(a.name) > MAX_NAME:
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an account needs a name of 1-253 characters")
+        try:
+            properties = MessageToDict(a.properties) if a.HasField("properties") else {}
+        except ValueError as e:  # e.g. NaN, which JSON cannot hold
+            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"account {a.name!r}: invalid properties: {e}") from None
         why = self.registry.describe(
             session, a.name, api_host=a.api_host, fingerprint=a.certificate_fingerprint,
             server_version=a.server_version, agent_state=a.state, reason=a.reason, kinds=list(a.kinds),
-            properties=MessageToDict(a.properties) if a.HasField("properties") else {})
+            properties=properties)
         if why is not None and session.control is not None:
             session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=why)))
 

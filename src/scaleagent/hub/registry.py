@@ -162,6 +162,8 @@ class Registry:
         record = self.accounts.get(name)
         if record is not None and record.state != ORPHANED and not record.same_cluster(api_host, fingerprint):
             others = record.sessions - {session.id}
+            # Agent ids are self-declared, so even "the same agent" cannot move a name to another
+            # cluster while it is held: a rotated API server certificate waits for the grace period.
             if others or record.state == DISCONNECTED:
                 owner = record.agent_id or "another agent"
                 why = (f"account {name!r} is already registered for another cluster "
@@ -195,15 +197,24 @@ class Registry:
         if not was_serving or before != (record.api_host, record.fingerprint, record.zone_id, record.agent_id,
                                                record.properties):
             self._record(record, ACTIVE)
+            if before[:2] != (record.api_host, record.fingerprint):
+                self._unblock(name)  # refused for the old identity; maybe not for the new one
+        if agent_state == "watching":
+            gone = self.cache.retain(name, kinds, properties.get("namespaces") or (),
+                                     properties.get("omitNamespaces") or ())
+            if gone:
+                log.info("account %s: %d cached object(s) of kinds or namespaces no longer followed removed",
+                         name, gone)
         return None
 
     def remove(self, session: Session, name: str) -> None:
         """The agent stopped following the account on purpose: nothing to wait for."""
+        served = name in session.accounts
         session.accounts.discard(name)
         session.rejected.pop(name, None)
         record = self.accounts.get(name)
-        if record is None:
-            return
+        if record is None or not served:
+            return  # only an agent serving the account can give it up
         record.sessions.discard(session.id)
         if not record.sessions:
             self._forget(record)

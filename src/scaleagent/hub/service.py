@@ -81,8 +81,9 @@ class Hub:
             ("grpc.max_receive_message_length", GRPC_LIMIT_FACTOR * c.grpc.max_message_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),  # a second hub on the same port must fail, not share it
-            # Agents ping every keepAliveHeartbeatSeconds (10 s by default): allow it.
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            # Agents ping every keepAliveHeartbeatSeconds (10 s by default, 1 s at least): allow it,
+            # or gRPC answers "too many pings" and cuts the link (the default minimum is 5 minutes).
+            ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
             ("grpc.keepalive_permit_without_calls", 1),
         ]
         if c.grpc.keep_alive_seconds > 0:
@@ -134,6 +135,7 @@ class Hub:
         if self._gc_task is not None:
             self._gc_task.cancel()
         if self._http is not None and self._http_task is not None:
+            self.cache.close_subscriptions()  # open watch streams end now rather than at the shutdown timeout
             self._http.should_exit = True
             await asyncio.wait([self._http_task])
         if self._grpc is not None:
