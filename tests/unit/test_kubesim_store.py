@@ -143,3 +143,16 @@ def test_the_owner_index_forgets_owners_without_dependents():
     assert [o["metadata"]["name"] for _, o in s.dependents("owner-1")] == ["d"]
     delete(s, "d")
     assert "owner-1" not in s._dependents
+
+
+def test_the_remaining_count_is_the_lists_version_not_the_current_one():
+    s = Store()
+    for i in range(6):
+        put(s, f"o{i}")
+    _, _, token, remaining = s.list(CM, "a", None, limit=2)
+    assert remaining == 4
+    delete(s, "o3")
+    delete(s, "o5")
+    put(s, "o45")  # created after the list's version: not counted
+    _, _, token, remaining = s.list(CM, "a", None, limit=2, continue_token=token)
+    assert remaining == 2  # o4 and o5, as they were

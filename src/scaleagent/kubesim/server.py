@@ -24,6 +24,8 @@ from ..kube.selectors import SelectorError, object_fields, parse_field_selector,
 from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")
+# Initial watch events go out in writes of about this size (see the watch handler).
+WATCH_CHUNK_BYTES = 64 * 1024
 
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's default --max-request-body-bytes
 DEFAULT_WATCH_TIMEOUT = 1800  # kube-apiserver's --min-request-timeout
@@ -509,8 +511,20 @@ class APIServer:
                                 bookmark_interval=self.bookmark_interval if bookmarks else None)
         try:
             await resp.prepare(request)
-            if initial:
-                await resp.write(b"".join(encode(ev) for ev in initial))
+            # An API server writes watch events as they are encoded, so clients see a stream of modest
+            # chunks; one chunk of the whole initial state made readers that rescan their buffer per
+            # line (the official Python client's) quadratic.
+            chunk: list[bytes] = []
+            size = 0
+            for ev in initial:
+                line = encode(ev)
+                chunk.append(line)
+                size += len(line)
+                if size >= WATCH_CHUNK_BYTES:
+                    await resp.write(b"".join(chunk))
+                    chunk, size = [], 0
+            if chunk:
+                await resp.write(b"".join(chunk))
             if initial_events:
                 await resp.write(self._bookmark(rt, render, start_rv, initial_end=True))
             async with contextlib.aclosing(stream):

@@ -234,7 +234,6 @@ class Store:
         if start and start > lo:
             lo = start
         items: list[dict[str, Any]] = []
-        remaining = 0
         last = ""
         more = False
         for key, obj in self._merged(resource, overlay, lo, hi, exclusive_lo=bool(start)):
@@ -242,15 +241,24 @@ class Store:
                 continue
             if limit and len(items) >= limit:
                 more = True
-                remaining += 1
-                if predicate is not None:
-                    break  # counting the rest would mean filtering it all; Kubernetes omits the count too
-                continue
+                break  # with a predicate Kubernetes omits the count: it would mean filtering everything
             items.append(obj)
             last = key
         token = _encode_continue(rv, last) if more else ""
-        count = remaining if (more and predicate is None) else None
+        count = self._count_after(resource, overlay, last, hi) if (more and predicate is None) else None
         return items, rv, token, count
+
+    def _count_after(self, resource: str, overlay: dict[str, dict[str, Any] | None], after: str,
+                     hi: str | None) -> int:
+        """Objects with keys in (after, hi) at the list's version, without visiting them: the
+        current count from the sorted keys, corrected by what changed since that version."""
+        objs = self._objects[resource]
+        end = objs.bisect_left(hi) if hi is not None else len(objs)
+        count = end - objs.bisect_right(after)
+        for k, then in overlay.items():
+            if k > after and (hi is None or k < hi):
+                count += (then is not None) - (k in objs)
+        return count
 
     def _state_since(self, resource: str, rv: int, paginating: bool) -> dict[str, dict[str, Any] | None]:
         """Objects as they were at `rv`, for the keys that changed since (None: did not exist)."""
