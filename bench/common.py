@@ -51,3 +51,23 @@ def run(main) -> None:  # noqa: ANN001 - a coroutine function
 
 def machine() -> str:
     return f"{os.cpu_count()} cores, Python {sys.version.split()[0]}"
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(xs: list[float], *ps: float) -> list[float]:
+    """Nearest-rank percentiles (0 < p <= 100) of xs."""
+    s = sorted(xs)
+    return [s[min(len(s) - 1, max(0, int(-(-len(s) * p // 100)) - 1))] for p in ps] if s else [float("nan")] * len(ps)
