@@ -24,16 +24,18 @@ SNAPSHOT_BEGIN: EventType
 SNAPSHOT_END: EventType
 
 class CachingMessage(_message.Message):
-    __slots__ = ("hello", "account", "events", "account_removed")
+    __slots__ = ("hello", "account", "events", "account_removed", "accounts_answer")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTS_ANSWER_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     account: Account
     events: EventBatch
     account_removed: AccountRemoved
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., account: _Optional[_Union[Account, _Mapping]] = ..., events: _Optional[_Union[EventBatch, _Mapping]] = ..., account_removed: _Optional[_Union[AccountRemoved, _Mapping]] = ...) -> None: ...
+    accounts_answer: AccountsAnswer
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., account: _Optional[_Union[Account, _Mapping]] = ..., events: _Optional[_Union[EventBatch, _Mapping]] = ..., account_removed: _Optional[_Union[AccountRemoved, _Mapping]] = ..., accounts_answer: _Optional[_Union[AccountsAnswer, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("protocol_version", "agent_id", "zone_id", "agent_version", "accounts", "dynamic_accounts_enabled")
@@ -77,6 +79,24 @@ class AccountRemoved(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class AccountsAnswer(_message.Message):
+    __slots__ = ("request_id", "answers")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    answers: _containers.RepeatedCompositeFieldContainer[AccountAnswer]
+    def __init__(self, request_id: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[AccountAnswer, _Mapping]]] = ...) -> None: ...
+
+class AccountAnswer(_message.Message):
+    __slots__ = ("name", "accepted", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    accepted: bool
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class Event(_message.Message):
     __slots__ = ("type", "account", "group", "version", "kind", "namespace", "name", "resource_version", "object")
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -108,16 +128,20 @@ class EventBatch(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class CachingControl(_message.Message):
-    __slots__ = ("welcome", "ack", "account_rejected", "resync")
+    __slots__ = ("welcome", "ack", "account_rejected", "resync", "add_accounts", "delete_accounts")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_REJECTED_FIELD_NUMBER: _ClassVar[int]
     RESYNC_FIELD_NUMBER: _ClassVar[int]
+    ADD_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     ack: Ack
     account_rejected: AccountRejected
     resync: Resync
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., account_rejected: _Optional[_Union[AccountRejected, _Mapping]] = ..., resync: _Optional[_Union[Resync, _Mapping]] = ...) -> None: ...
+    add_accounts: AddAccounts
+    delete_accounts: DeleteAccounts
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., account_rejected: _Optional[_Union[AccountRejected, _Mapping]] = ..., resync: _Optional[_Union[Resync, _Mapping]] = ..., add_accounts: _Optional[_Union[AddAccounts, _Mapping]] = ..., delete_accounts: _Optional[_Union[DeleteAccounts, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("session_id", "hub_replica", "protocol_version", "max_message_bytes")
@@ -150,6 +174,34 @@ class Resync(_message.Message):
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     account: str
     def __init__(self, account: _Optional[str] = ...) -> None: ...
+
+class AddAccounts(_message.Message):
+    __slots__ = ("request_id", "accounts")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    accounts: _containers.RepeatedCompositeFieldContainer[DynamicAccount]
+    def __init__(self, request_id: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[DynamicAccount, _Mapping]]] = ...) -> None: ...
+
+class DynamicAccount(_message.Message):
+    __slots__ = ("name", "kubeconfig_base64", "context", "properties")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KUBECONFIG_BASE64_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kubeconfig_base64: str
+    context: str
+    properties: _struct_pb2.Struct
+    def __init__(self, name: _Optional[str] = ..., kubeconfig_base64: _Optional[str] = ..., context: _Optional[str] = ..., properties: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class DeleteAccounts(_message.Message):
+    __slots__ = ("request_id", "names")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OperationsMessage(_message.Message):
     __slots__ = ("hello", "result")
