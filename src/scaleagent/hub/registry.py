@@ -98,6 +98,20 @@ class Registry:
         self.accounts: dict[str, AccountRecord] = {}
         self._writes: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
+        # Names whose `state` column the dynamic-accounts service owns: the registry still records
+        # their cluster's identity, never their state.
+        self.managed: set[str] = set()
+        # Called as listener(what, session, record) with what in "opened" (record None), "closed"
+        # (record None), "described" and "orphaned" (session None): how other parts of the hub follow
+        # agents and accounts without the registry knowing them.
+        self.listeners: list[Callable[[str, Session | None, AccountRecord | None], None]] = []
+
+    def _notify(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
+        for listener in self.listeners:
+            try:
+                listener(what, session, record)
+            except Exception:  # a listener's bug must not break the agent's stream
+                log.exception("registry listener failed on %s", what)
 
     async def start(self) -> None:
         """Take back the accounts the database says were active, and start writing changes."""
@@ -138,16 +152,19 @@ class Registry:
                 self._writes.task_done()
 
     def _record(self, record: AccountRecord, state: str) -> None:
-        if self.store is not None:
-            self._writes.put_nowait((record.name, {
-                "state": state, "zone_id": record.zone_id or None, "kube_host": record.api_host,
-                "cert_fingerprint": record.fingerprint, "agent_id": record.agent_id,
-                "properties": record.properties}))
+        if self.store is None:
+            return
+        fields: dict[str, Any] = {"kube_host": record.api_host, "cert_fingerprint": record.fingerprint,
+                                  "agent_id": record.agent_id}
+        if record.name not in self.managed:
+            fields |= {"state": state, "zone_id": record.zone_id or None, "properties": record.properties}
+        self._writes.put_nowait((record.name, fields))
 
     def open(self, session: Session) -> Session:
         self.sessions[session.id] = session
         log.info("agent %s connected from %s (zone %r, session %s)", session.agent_id, session.peer,
                  session.zone_id, session.id)
+        self._notify("opened", session, None)
         return session
 
     def describe(self, session: Session, name: str, *, api_host: str, fingerprint: str, server_version: str,
@@ -199,6 +216,7 @@ class Registry:
             self._record(record, ACTIVE)
             if before[:2] != (record.api_host, record.fingerprint):
                 self._unblock(name)  # refused for the old identity; maybe not for the new one
+        self._notify("described", session, record)
         if agent_state == "watching":
             gone = self.cache.retain(name, kinds, properties.get("namespaces") or (),
                                      properties.get("omitNamespaces") or ())
@@ -223,6 +241,7 @@ class Registry:
         if self.sessions.pop(session.id, None) is None:
             return
         log.info("agent %s disconnected (session %s)", session.agent_id, session.id)
+        self._notify("closed", session, None)
         loop = asyncio.get_running_loop()
         for name in session.accounts:
             record = self.accounts.get(name)
@@ -249,6 +268,7 @@ class Registry:
         record.state = ORPHANED
         self.cache.drop_account(record.name)
         self._record(record, ORPHANED)
+        self._notify("orphaned", None, record)
         self._unblock(record.name)
 
     def _forget(self, record: AccountRecord) -> None:
