@@ -141,6 +141,20 @@ class AgentProcess:
                     raise TimeoutError(f"no {what} within {timeout}s ({len(self.events)} events); agent log:\n{tail}")
                 self._new.wait(remaining)
 
+    def wait_log(self, pattern: str, timeout: float = 30.0, what: str = "a log line") -> str:
+        """The first line of the agent's log (standard error) matching pattern, waiting for it."""
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while True:
+                for line in self.stderr:
+                    if re.search(pattern, line):
+                        return line
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.proc.poll() is not None:
+                    raise TimeoutError(f"no {what} ({pattern!r}) within {timeout}s; agent log:\n"
+                                       + "\n".join(self.stderr[-20:]))
+                self._new.wait(remaining)
+
     def count(self, predicate) -> int:
         with self._new:
             return sum(1 for e in self.events if predicate(e))

@@ -296,6 +296,12 @@ class ConfigFormat(Generic[M]):
             origins[loc] = origin
         return self._validate(data, "configuration", origins, Path.cwd())
 
+    def validate(self, data: dict[str, Any], source: str, base_dir: Path | None = None) -> M:
+        """Validate settings that arrive as data rather than as a file (e.g. over the network), with
+        the same rules and messages as a file's; no environment overrides apply. `source` starts
+        each message. Raises ConfigError."""
+        return self._validate(data, source, {}, Path(os.path.abspath(base_dir if base_dir is not None else Path.cwd())))
+
     def _validate(self, data: dict[str, Any], source: str, origins: Mapping[tuple[str | int, ...], str],
                   base_dir: Path) -> M:
         ignored: list[str] = []

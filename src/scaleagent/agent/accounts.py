@@ -3,6 +3,9 @@
 States (as `GET /health` shows them): `connecting` (resolving credentials, reaching the API
 server), `syncing` (initial lists running), `watching` (every followed kind has delivered its
 snapshot), `error` (with the reason; the account retries with backoff, others are unaffected).
+
+Accounts come from the configuration file or, at runtime, from the hub (dynamic accounts:
+AddAccounts / DeleteAccounts). Both run the same way; the hub may only replace or remove its own.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +25,9 @@ from ..kube.discovery import KindInfo, discover, readable, select_kinds
 from ..kube.events import ObjectEvent
 from ..kube.reflector import Backoff, Forbidden, Reflector
 from .budget import Budget
+from .config import ConfigError, dynamic_account
 from .scrub import is_secret, transform_for
-from .sinks import AccountDescription, Sink
+from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest, Sink
 
 log = logging.getLogger("scaleagent.agent.accounts")
 
@@ -32,6 +37,7 @@ CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = "connecting", "syncing", "watchi
 REQUEST_PARALLELISM = 2
 # Consecutive failed attempts after which a watch makes its account report an error.
 FAILING_AFTER = 3
+DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
 
 
 @dataclass
@@ -159,7 +165,8 @@ class AccountRunner:
         self._set(CONNECTING, "")
         cfg = self.config
         creds = await load_credentials(kubeconfig=cfg.kubeconfig_file, context=cfg.context,
-                                       in_cluster=cfg.service_account)
+                                       in_cluster=cfg.service_account,
+                                       kubeconfig_content=getattr(cfg, "kubeconfig", None))
         self._client = KubeClient(creds)
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
@@ -316,6 +323,8 @@ class AccountRunner:
         }
         if self.reason:
             doc["reason"] = self.reason
+        if self.config.dynamic:
+            doc["dynamic"] = True
         if self.unmatched:
             doc["unmatchedKinds"] = self.unmatched
         if self.discovery_failures:
@@ -327,10 +336,16 @@ class AccountRunner:
 
 
 class AccountManager:
-    """The accounts an agent follows; accounts can be added and removed while it runs."""
+    """The accounts an agent follows; accounts can be added and removed while it runs.
 
-    def __init__(self, settings: EngineSettings, sink: Sink, budget: Budget) -> None:
+    `dynamic_enabled` (the config's `dynamicAccountsEnabled`) says whether the hub may add
+    accounts. Dynamic accounts live in memory only: after a restart the agent follows its file's
+    accounts, and the hub sends the dynamic ones again.
+    """
+
+    def __init__(self, settings: EngineSettings, sink: Sink, budget: Budget, *, dynamic_enabled: bool = True) -> None:
         self.settings, self.sink, self.budget = settings, sink, budget
+        self.dynamic_enabled = dynamic_enabled
         self.runners: dict[str, AccountRunner] = {}
 
     def add(self, config: Any) -> AccountRunner:
@@ -340,6 +355,63 @@ class AccountManager:
         self.runners[config.name] = runner
         runner.start()
         return runner
+
+    async def add_dynamic(self, requests: Sequence[DynamicAccountRequest]) -> list[AccountAnswer]:
+        """Start the accounts the hub sent, one answer each, in order.
+
+        An account already added by the hub starts over with the settings given (a fresh
+        connection and a full snapshot), which is also how the hub retries a failed one. Each
+        account is judged alone: one refused does not stop the others.
+        """
+        seen: set[str] = set()
+        answers = []
+        for request in requests:
+            answer = await self._add_dynamic(request, seen)
+            if answer.accepted:
+                log.info("dynamic account %s: started", answer.name)
+            else:
+                log.warning("dynamic account %s refused: %s", answer.name, answer.reason)
+            answers.append(answer)
+        return answers
+
+    async def _add_dynamic(self, request: DynamicAccountRequest, seen: set[str]) -> AccountAnswer:
+        name = request.name
+        if not self.dynamic_enabled:
+            return AccountAnswer(name, False, DYNAMIC_DISABLED)
+        if name in seen:
+            return AccountAnswer(name, False, f"account {name!r} appears more than once in this request")
+        seen.add(name)
+        current = self.runners.get(name)
+        if current is not None and not current.config.dynamic:
+            return AccountAnswer(name, False, f"account {name!r} is configured in this agent's configuration file; "
+                                              "the hub cannot replace it")
+        try:
+            config = dynamic_account(name, request.kubeconfig_base64, request.context, request.properties)
+        except ConfigError as e:
+            return AccountAnswer(name, False, "; ".join(e.problems))
+        if current is not None:
+            await self.remove(name)
+        runner = self.add(config)
+        self.sink.describe(runner.description())  # `connecting`: the hub hears of it before it reaches its server
+        return AccountAnswer(name, True)
+
+    async def delete_dynamic(self, names: Sequence[str]) -> list[AccountAnswer]:
+        """Stop accounts the hub added. A name not followed is already where the hub wants it;
+        an account of the configuration file is refused (only the file can remove it)."""
+        answers = []
+        for name in names:
+            runner = self.runners.get(name)
+            if runner is None:
+                answers.append(AccountAnswer(name, True, "not followed"))
+            elif not runner.config.dynamic:
+                reason = f"account {name!r} is configured in this agent's configuration file; remove it there"
+                log.warning("dynamic account %s: not removed: %s", name, reason)
+                answers.append(AccountAnswer(name, False, reason))
+            else:
+                await self.remove(name)
+                log.info("dynamic account %s: stopped at the hub's request", name)
+                answers.append(AccountAnswer(name, True, removed=True))
+        return answers
 
     async def remove(self, name: str) -> None:
         runner = self.runners.pop(name, None)

@@ -17,6 +17,8 @@ See docs/agent-config.md for the user-facing reference.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import re
@@ -32,6 +34,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    SkipValidation,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -49,10 +52,13 @@ from ..configfile import (
     split_host_port,
     to_path,
 )
-from ..kube.credentials import SERVICE_ACCOUNT_DIR_ENV
+from ..configfile import _read_yaml  # the same safe reading as a configuration file's
+from ..kube.credentials import CONTENT_SOURCE, SERVICE_ACCOUNT_DIR_ENV, CredentialsError, check_kubeconfig
 
 __all__ = [
     "AccountConfig",
+    "DYNAMIC_PROPERTIES",
+    "DynamicAccountConfig",
     "AgentConfig",
     "AuthConfig",
     "ClouddriverConfig",
@@ -65,6 +71,7 @@ __all__ = [
     "ServerConfig",
     "TasksConfig",
     "TlsConfig",
+    "dynamic_account",
     "load_config",
     "parse_config",
 ]
@@ -195,6 +202,15 @@ class AccountConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _rules(self) -> AccountConfig:
+        self._credential_rules()
+        if self.namespaces and self.omit_namespaces:
+            raise invalid("cannot be combined with namespaces: give one list or the other", "omitNamespaces")
+        if self.kinds and self.omit_kinds:
+            raise invalid("cannot be combined with kinds: give one list or the other", "omitKinds")
+        return self
+
+    def _credential_rules(self) -> None:
+        """Where the credentials come from; a dynamic account (below) has its own source."""
         if self.kubeconfig_file is not None and self.service_account:
             raise invalid(
                 "cannot be true when kubeConfigFile is also set: an account uses either a kubeconfig "
@@ -205,11 +221,37 @@ class AccountConfig(ConfigModel):
             raise invalid("needs either kubeConfigFile (a kubeconfig path) or serviceAccount: true")
         if self.context is not None and self.service_account:
             raise invalid("only applies with kubeConfigFile, not with serviceAccount: true", "context")
-        if self.namespaces and self.omit_namespaces:
-            raise invalid("cannot be combined with namespaces: give one list or the other", "omitNamespaces")
-        if self.kinds and self.omit_kinds:
-            raise invalid("cannot be combined with kinds: give one list or the other", "omitKinds")
-        return self
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the hub sent this account (AddAccounts) rather than the configuration file."""
+        return False
+
+
+class DynamicAccountConfig(AccountConfig):
+    """An account the hub sent (AddAccounts): the same settings as a file's account, validated by
+    the same rules, with its kubeconfig held in memory instead of named by a path.
+
+    `kubeconfig` is the parsed document (None: the agent's own service account). It is never
+    validated field by field, shown in `repr()`, dumped, or written anywhere.
+    """
+
+    kubeconfig: SkipValidation[dict[str, Any] | None] = Field(None, repr=False, exclude=True)
+
+    def _credential_rules(self) -> None:
+        if self.kubeconfig_file is not None:
+            raise invalid("a dynamic account's kubeconfig comes from the hub, not from a file", "kubeConfigFile")
+        if self.kubeconfig is not None and self.service_account:
+            raise invalid("cannot be true when a kubeconfig is given", "serviceAccount")
+        if self.kubeconfig is None and not self.service_account:
+            raise invalid("needs a kubeconfig or serviceAccount: true")
+        if self.context is not None and self.kubeconfig is None:
+            raise invalid("only applies with a kubeconfig; an empty kubeconfig means this agent's own service "
+                          "account", "context")
+
+    @property
+    def dynamic(self) -> bool:
+        return True
 
 
 class KubernetesConfig(ConfigModel):
@@ -378,6 +420,89 @@ _FORMAT = ConfigFormat(
     },
     ignored_reason="an Armory/Clouddriver setting that Scale Agent does not use",
 )
+
+
+# --- dynamic accounts (sent by the hub) ----------------------------------------------------------
+
+DYNAMIC_PROPERTIES = ("namespaces", "omitNamespaces", "kinds", "omitKinds", "customResourceDefinitions",
+                      "onlyNamespacedResources")
+"""The account settings a hub may send as a dynamic account's `properties` (YAML key names)."""
+
+# Keys an account has in a file that a dynamic account carries elsewhere (its own fields), or not at all.
+_NOT_PROPERTIES = {
+    "name": "the account's name is its own field",
+    "kubeConfigFile": "a dynamic account's kubeconfig is sent as content, not as a path on the agent",
+    "kubeconfigFile": "a dynamic account's kubeconfig is sent as content, not as a path on the agent",
+    "serviceAccount": "an empty kubeconfig means the agent's own service account",
+    "kubeconfig": "the kubeconfig is the account's own field",
+}
+
+_DYNAMIC_FORMAT = ConfigFormat(
+    root=DynamicAccountConfig,
+    env_prefix=ENV_PREFIX,
+    env_example="SERVER__PORT",
+    logger=log,
+    list_descriptions={
+        "customResourceDefinitions": "a list of kinds ('Kind.group' strings or {kind: 'Kind.group'} mappings)",
+    },
+    ignored_reason="an Armory/Clouddriver setting that Scale Agent does not use",
+)
+
+
+def decode_kubeconfig(kubeconfig_base64: str) -> dict[str, Any]:
+    """A kubeconfig sent as base64 text, parsed. Messages say what is wrong and where, never what
+    the content is (it holds credentials). Raises ConfigError."""
+    try:
+        raw = base64.b64decode(kubeconfig_base64, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ConfigError(f"the kubeconfig is not valid base64 ({e})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"the kubeconfig is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"the kubeconfig is not UTF-8 text (invalid byte at offset {e.start})") from None
+    # The configuration files' reader: safe, alias bombs refused, messages give positions, not content.
+    doc = _read_yaml("the kubeconfig", text)
+    if not doc:
+        raise ConfigError("the kubeconfig is empty")
+    return doc
+
+
+def dynamic_account(name: str, kubeconfig_base64: str, context: str,
+                    properties: Mapping[str, Any]) -> DynamicAccountConfig:
+    """Validate one account of an AddAccounts request as the configuration file's accounts are
+    validated, so that the reasons read the same. An empty `kubeconfig_base64` means the agent's
+    own service account. Raises ConfigError."""
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    source = f"account {shown!r}"
+    props = dict(properties)
+    for key, why in _NOT_PROPERTIES.items():
+        if key in props:
+            raise ConfigError(f"{source}: properties.{key}: not a property: {why}")
+    given_context = props.pop("context", None)
+    if given_context not in (None, "") and context and given_context != context:
+        raise ConfigError(f"{source}: properties.context: {given_context!r} differs from the account's context "
+                          f"{context!r}; give it once")
+    context = context or (given_context if isinstance(given_context, str) else "")
+    kubeconfig = None
+    if kubeconfig_base64:
+        try:
+            kubeconfig = decode_kubeconfig(kubeconfig_base64)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    data: dict[str, Any] = {**props, "name": name, "context": context or None}
+    if kubeconfig is None:
+        data["serviceAccount"] = True
+    else:
+        data["kubeconfig"] = kubeconfig
+    account = _DYNAMIC_FORMAT.validate(data, source)
+    if kubeconfig is not None:
+        try:
+            check_kubeconfig(kubeconfig, account.context, CONTENT_SOURCE)
+        except CredentialsError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    return account
 
 
 def parse_config(

@@ -5,11 +5,16 @@ broke is dropped, and after a reconnect every account relists, so the hub conver
 snapshot rather than on a replay of what might have been missed. Awaiting `send` is the
 backpressure: it blocks while there is no connection, while the queue is full, and (through the
 acknowledgement window) while the hub is behind.
+
+The hub also sends requests down the stream: AddAccounts and DeleteAccounts (dynamic accounts)
+are carried out by the account manager as they are read, and their answers go out through the
+writer (the stream's only writer), ahead of account descriptions and events written after them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
@@ -22,12 +27,13 @@ from typing import Any, Protocol
 
 import grpc
 from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict
 
 from .. import __version__
 from ..kube.events import ObjectEvent
 from ..kube.reflector import Backoff
 from ..protocol import EVENT_TYPES, PROTOCOL_VERSION, pb, pb_grpc
-from .sinks import AccountDescription
+from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest
 
 log = logging.getLogger("scaleagent.agent.link")
 
@@ -45,6 +51,10 @@ class Accounts(Protocol):
     async def resync(self, name: str | None = None) -> None: ...
 
     async def reject(self, name: str, reason: str) -> None: ...
+
+    async def add_dynamic(self, requests: Sequence[DynamicAccountRequest]) -> list[AccountAnswer]: ...
+
+    async def delete_dynamic(self, names: Sequence[str]) -> list[AccountAnswer]: ...
 
 
 @dataclass
@@ -89,6 +99,8 @@ class HubLink:
         self._connected = asyncio.Event()
         self._queue: asyncio.Queue[tuple[int, list[ObjectEvent]]] = asyncio.Queue(settings.queue_batches)
         self._described: dict[str, AccountDescription] = {}
+        # Answers and AccountRemoved messages of the current connection, in the order they happened.
+        self._control: collections.deque[pb.CachingMessage] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._max_bytes = 4 * 1024 * 1024
 
@@ -106,8 +118,16 @@ class HubLink:
     def describe(self, account: AccountDescription) -> None:
         """Sent before the next batch, so the hub knows an account before its events arrive."""
         self._described[account.name] = account
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Make the writer run even when no event follows (a full queue means it is running anyway)."""
         if self._connected.is_set() and not self._queue.full():
-            self._queue.put_nowait((self._epoch, []))  # wakes the writer even when no event follows
+            self._queue.put_nowait((self._epoch, []))
+
+    def _send_control(self, message: pb.CachingMessage) -> None:
+        self._control.append(message)
+        self._wake_writer()
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -169,6 +189,7 @@ class HubLink:
             metadata = (("authorization", f"Bearer {s.token}"),) if s.token else ()
             caching = stub.Caching(metadata=metadata)
             self._described.clear()
+            self._control.clear()  # answers to requests of a former connection: that hub session is gone
             await caching.write(pb.CachingMessage(hello=pb.Hello(
                 protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, zone_id=s.zone_id,
                 agent_version=__version__, dynamic_accounts_enabled=s.dynamic_accounts_enabled,
@@ -251,12 +272,18 @@ class HubLink:
         sequence = 0
         while True:
             batch = await self._next_batch()
+            await self._flush_control(call)
             await self._flush_descriptions(call)
             for chunk in self._split(batch):
                 await window.acquire()
                 sequence += 1
                 await call.write(pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk)))
                 self.events_sent += len(chunk)
+
+    async def _flush_control(self, call: grpc.aio.StreamStreamCall) -> None:
+        """Answers first: the hub learns that an account was accepted before it hears it described."""
+        while self._control:
+            await call.write(self._control.popleft())
 
     async def _flush_descriptions(self, call: grpc.aio.StreamStreamCall) -> None:
         while self._described:
@@ -306,6 +333,41 @@ class HubLink:
                 await self.accounts.reject(r.name, r.reason)
             elif which == "resync":
                 await self.accounts.resync(msg.resync.account or None)
+            elif which == "add_accounts":
+                await self._add_accounts(msg.add_accounts)
+            elif which == "delete_accounts":
+                await self._delete_accounts(msg.delete_accounts)
+
+    async def _add_accounts(self, request: pb.AddAccounts) -> None:
+        """Carried out before the next message is read, so requests take effect in the hub's order."""
+        assert self.accounts is not None
+        requests: list[DynamicAccountRequest] = []
+        refused: list[AccountAnswer | None] = []  # in the request's order; None: the manager answers
+        for a in request.accounts:
+            try:
+                properties = MessageToDict(a.properties) if a.HasField("properties") else {}
+            except ValueError:  # NaN or infinity: not JSON, so no setting can hold it
+                refused.append(AccountAnswer(a.name, False, "properties hold a number that is not finite"))
+                continue
+            refused.append(None)
+            requests.append(DynamicAccountRequest(a.name, a.kubeconfig_base64, a.context, properties))
+        answered = iter(await self.accounts.add_dynamic(requests))
+        self._answer(request.request_id, [r or next(answered) for r in refused])
+
+    async def _delete_accounts(self, request: pb.DeleteAccounts) -> None:
+        assert self.accounts is not None
+        answers = await self.accounts.delete_dynamic(list(request.names))
+        for answer in answers:
+            if answer.removed:
+                # Said before the answer, so that the hub has let the account go once it reads it.
+                self._described.pop(answer.name, None)  # its last state ("stopped") would register it again
+                self._send_control(pb.CachingMessage(account_removed=pb.AccountRemoved(name=answer.name)))
+        self._answer(request.request_id, answers)
+
+    def _answer(self, request_id: str, answers: list[AccountAnswer]) -> None:
+        self._send_control(pb.CachingMessage(accounts_answer=pb.AccountsAnswer(
+            request_id=request_id,
+            answers=[pb.AccountAnswer(name=a.name, accepted=a.accepted, reason=a.reason) for a in answers])))
 
 
 async def _answer_operations(call: grpc.aio.StreamStreamCall) -> None:

@@ -26,7 +26,8 @@ class Agent:
                              on_idle=self.releaser.burst_ended)
         self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds)
         self.sink = sink
-        self.accounts = AccountManager(self.settings, sink, self.budget)
+        self.accounts = AccountManager(self.settings, sink, self.budget,
+                                       dynamic_enabled=config.dynamic_accounts_enabled)
         self._runner: web.AppRunner | None = None
         self.health_url = ""
 

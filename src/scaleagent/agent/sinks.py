@@ -26,6 +26,30 @@ class AccountDescription:
     kinds: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class DynamicAccountRequest:
+    """One account of the hub's AddAccounts, as it arrived: validated by the account manager."""
+
+    name: str
+    kubeconfig_base64: str = field(default="", repr=False)  # credentials: never shown
+    context: str = ""
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AccountAnswer:
+    """The agent's answer for one account of an AddAccounts or DeleteAccounts.
+
+    `removed` says that a followed account was stopped: the hub is then told (AccountRemoved),
+    before the answer, so that when it reads the answer it has already let the account go.
+    """
+
+    name: str
+    accepted: bool
+    reason: str = ""
+    removed: bool = False
+
+
 class Sink(Protocol):
     async def send(self, events: list[ObjectEvent]) -> None:
         """Take a batch. Awaiting it is the backpressure: a slow consumer slows the watches."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
@@ -19,6 +19,9 @@ from google.protobuf.json_format import MessageToDict
 from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
 from .cache import Cache
 from .registry import Registry, Session
+
+if TYPE_CHECKING:
+    from .dynamic import AccountDispatcher
 
 log = logging.getLogger("scaleagent.hub.link")
 
@@ -41,6 +44,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         self._token = token
         self.max_message_bytes = max_message_bytes
         self.refused = 0
+        # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (hub/dynamic.py);
+        # None until the hub sets it, and answers are then only logged.
+        self.dispatcher: AccountDispatcher | None = None
 
     async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         session: Session | None = None
@@ -129,6 +135,12 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 self._account(session, msg.account)
             elif which == "account_removed":
                 self.registry.remove(session, msg.account_removed.name)
+            elif which == "accounts_answer":
+                if self.dispatcher is not None:
+                    self.dispatcher.answer(session, msg.accounts_answer)
+                else:
+                    log.info("agent %s answered request %s, but this hub sends no dynamic accounts",
+                             session.agent_id, msg.accounts_answer.request_id)
             elif which == "hello":
                 raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "a second hello on the same stream")
             else:

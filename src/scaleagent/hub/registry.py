@@ -102,8 +102,10 @@ class Registry:
         # their cluster's identity, never their state.
         self.managed: set[str] = set()
         # Called as listener(what, session, record) with what in "opened" (record None), "closed"
-        # (record None), "described" and "orphaned" (session None): how other parts of the hub follow
-        # agents and accounts without the registry knowing them.
+        # (record None), "described", "rejected" (a record standing for the refused claim, with the
+        # reason) and "orphaned" (session None): how other parts of the hub follow agents and
+        # accounts without the registry knowing them. A "described" record may be a stand-in that is
+        # not registered: an account whose agent has not reached its API server yet.
         self.listeners: list[Callable[[str, Session | None, AccountRecord | None], None]] = []
 
     def _notify(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
@@ -175,6 +177,9 @@ class Registry:
         registered nor refused until it does (its events can only follow that).
         """
         if not api_host:
+            # Not registered, but listeners still learn how it goes (e.g. an error before the server answered).
+            self._notify("described", session, AccountRecord(name, agent_state=agent_state, reason=reason,
+                                                             zone_id=session.zone_id, agent_id=session.agent_id))
             return None
         record = self.accounts.get(name)
         if record is not None and record.state != ORPHANED and not record.same_cluster(api_host, fingerprint):
@@ -192,6 +197,8 @@ class Registry:
                 session.rejected[name] = why
                 session.accounts.discard(name)
                 record.sessions.discard(session.id)
+                self._notify("rejected", session, AccountRecord(name, reason=why, agent_state="rejected",
+                                                                zone_id=session.zone_id, agent_id=session.agent_id))
                 return why
             # The only session serving it now points it elsewhere: its next snapshot replaces the old objects.
         was_serving = record is not None and record.state == ACTIVE

@@ -18,6 +18,7 @@ from ..protocol import SERVICE_NAME, pb_grpc
 from .api import create_app
 from .cache import Cache
 from .config import HubConfig
+from .dynamic import AccountDispatcher
 from .link import GRPC_LIMIT_FACTOR, AgentLinkService
 from .registry import Registry
 from .store import Store
@@ -48,6 +49,8 @@ class Hub:
         self.registry = Registry(self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica)
         self.link = AgentLinkService(self.registry, self.cache, token=config.auth.token.get_secret_value(),
                                      max_message_bytes=config.grpc.max_message_bytes)
+        self.dispatcher = AccountDispatcher(self.registry)
+        self.link.dispatcher = self.dispatcher
         self.store: Store | None = None
         self.grpc_port = 0
         self.http_port = 0
