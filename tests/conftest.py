@@ -3,13 +3,22 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiomysql
+import asyncpg
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from scaleagent.hub.store import async_url
+from scaleagent.hub.store.models import VERSION_TABLE, Account
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name  # noqa: E402
 from helpers import KubesimProcess, start_kubesim  # noqa: E402
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
@@ -70,3 +79,70 @@ def kubectl_bin(request: pytest.FixtureRequest) -> str:
     if path == "kubectl-missing":
         pytest.fail("kubectl is not installed: scripts/test installs it (Debian package kubernetes-client)")
     return path
+
+
+# --- real databases (see databases.py) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_db() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session, created and dropped as user postgres."""
+    name = unique_db_name()
+
+    async def create() -> None:
+        conn = await asyncpg.connect(**PG, timeout=5)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(**PG, timeout=5)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    try:
+        run_async(create)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is not usable: {exc}; {HOW_TO_START}")
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    run_async(drop)
+
+
+@pytest.fixture(scope="session")
+def mariadb_db() -> Iterator[str]:
+    """A fresh MariaDB database for this session, created and dropped as root."""
+    name = unique_db_name()
+
+    async def execute(sql: str) -> None:
+        conn = await aiomysql.connect(**MY, connect_timeout=5)
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(sql)
+        finally:
+            conn.close()
+
+    try:
+        run_async(lambda: execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    except (OSError, aiomysql.Error) as exc:
+        pytest.fail(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not usable: {exc}; {HOW_TO_START}")
+    yield f"mysql://root@127.0.0.1:3306/{name}"
+    run_async(lambda: execute(f"DROP DATABASE IF EXISTS `{name}`"))
+
+
+@pytest.fixture(params=BACKENDS)
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of an empty database (no tables of ours) on each backend, as a user would write it."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'hub.db'}"  # 'data' does not exist yet
+    url: str = request.getfixturevalue("postgres_db" if request.param == "postgresql" else "mariadb_db")
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE IF EXISTS {Account.__tablename__}"))
+            await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
+    finally:
+        await engine.dispose()
+    return url

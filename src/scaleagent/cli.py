@@ -7,6 +7,7 @@ import logging
 import sys
 
 from . import __version__
+from . import accounts_cli
 from . import demo as demo_command
 from .agent import command as agent_command
 from .hub import command as hub_command
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent_command.add_parser(sub)
     hub_command.add_parser(sub)
     demo_command.add_parser(sub)
+    accounts_cli.add_parser(sub)
     kubesim_command.add_parser(sub)
     return parser
 

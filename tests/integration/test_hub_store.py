@@ -1,25 +1,21 @@
 """The hub's SQL store against real databases: an SQLite file, the local PostgreSQL and MariaDB.
 
-Every test that touches a database runs on all three. PostgreSQL and MariaDB tests share one
-database per test session, created under a unique name (so parallel runs and other suites never
-meet) and dropped at the end; each test starts from an empty schema in it. A server that is down
-fails the tests, with how to start it: scripts/test does (scripts/setup.sh ensure_databases).
+Every test that touches a database runs on all three (the `db_url` fixture, in conftest.py; see
+tests/databases.py). PostgreSQL and MariaDB tests share one database per test session, created
+under a unique name (so parallel runs and other suites never meet) and dropped at the end; each
+test starts from an empty schema in it. A server that is down fails the tests, with how to start
+it: scripts/test does (scripts/setup.sh ensure_databases).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import aiomysql
-import asyncpg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -28,94 +24,20 @@ from sqlalchemy import Connection, insert, inspect, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from scaleagent.hub.store import STATES, AccountNotFound, AccountRow, Store, StoreError, async_url
+from scaleagent.hub.store import (
+    STATES,
+    AccountExists,
+    AccountNotFound,
+    AccountRow,
+    StateConflict,
+    Store,
+    StoreError,
+    async_url,
+)
 from scaleagent.hub.store.migrate import HEAD, alembic_config
 from scaleagent.hub.store.models import VERSION_TABLE, Account, Base
 
-PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres", "database": "test"}
-MY = {"host": "127.0.0.1", "port": 3306, "user": "root", "password": "", "db": "test"}
-HOW_TO_START = (
-    "run the suite with scripts/test, which starts the local PostgreSQL and MariaDB "
-    "(scripts/setup.sh ensure_databases), or start the server yourself"
-)
-BACKENDS = ["sqlite", "postgresql", "mariadb"]
-
 T = TypeVar("T")
-
-
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine from a sync session fixture, on its own thread and loop, so as not to
-    disturb the event loops pytest-asyncio gives each test."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, fn()).result()  # type: ignore[arg-type]
-
-
-def unique_db_name() -> str:
-    return f"scaleagent_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="session")
-def postgres_db() -> Iterator[str]:
-    """A fresh PostgreSQL database for this session, created and dropped as user postgres."""
-    name = unique_db_name()
-
-    async def create() -> None:
-        conn = await asyncpg.connect(**PG, timeout=5)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(**PG, timeout=5)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await conn.close()
-
-    try:
-        run_async(create)
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (user postgres, database test) is not usable: {exc}; {HOW_TO_START}")
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    run_async(drop)
-
-
-@pytest.fixture(scope="session")
-def mariadb_db() -> Iterator[str]:
-    """A fresh MariaDB database for this session, created and dropped as root."""
-    name = unique_db_name()
-
-    async def execute(sql: str) -> None:
-        conn = await aiomysql.connect(**MY, connect_timeout=5)
-        try:
-            async with conn.cursor() as cur:
-                await cur.execute(sql)
-        finally:
-            conn.close()
-
-    try:
-        run_async(lambda: execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
-    except (OSError, aiomysql.Error) as exc:
-        pytest.fail(f"MariaDB at 127.0.0.1:3306 (user root, no password) is not usable: {exc}; {HOW_TO_START}")
-    yield f"mysql://root@127.0.0.1:3306/{name}"
-    run_async(lambda: execute(f"DROP DATABASE IF EXISTS `{name}`"))
-
-
-@pytest.fixture(params=BACKENDS)
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of an empty database (no tables of ours) on each backend, as a user would write it."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'data' / 'hub.db'}"  # 'data' does not exist yet
-    url: str = request.getfixturevalue("postgres_db" if request.param == "postgresql" else "mariadb_db")
-    engine = create_async_engine(async_url(url))
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(f"DROP TABLE IF EXISTS {Account.__tablename__}"))
-            await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
-    finally:
-        await engine.dispose()
-    return url
 
 
 @pytest.fixture
@@ -180,7 +102,7 @@ async def test_replicas_starting_together_both_open(db_url: str) -> None:
 async def test_a_schema_newer_than_the_hub_is_refused(store: Store, db_url: str) -> None:
     await store.close()
     await with_engine(db_url, lambda c: c.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")))
-    with pytest.raises(StoreError, match=r"revision 0001.*newer version of the hub"):
+    with pytest.raises(StoreError, match=rf"revision {HEAD}.*newer version of the hub"):
         await Store.open(db_url)
 
 
@@ -318,7 +240,7 @@ async def test_the_password_stays_out_of_logs(postgres_db: str, caplog: pytest.L
         assert store.url_for_display == url.replace("s3cret-pw", "***")
         assert "s3cret" not in repr(store)
         await store.upsert_account("logged", kube_host="h")
-    assert "s3cret" not in caplog.text and "opened (schema revision 0001)" in caplog.text
+    assert "s3cret" not in caplog.text and f"opened (schema revision {HEAD})" in caplog.text
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -356,3 +278,72 @@ def test_account_row_is_frozen() -> None:
     row = AccountRow(1, "a", "ACTIVE", None, None, None, {}, None, None, None, None, 0, now, now)
     with pytest.raises(AttributeError):
         row.state = "FAILED"  # type: ignore[misc]
+
+
+# --- batches and conditional updates (dynamic accounts) --------------------------------------------
+
+
+async def test_create_accounts_is_all_or_nothing(store: Store) -> None:
+    await store.upsert_account("taken")
+    with pytest.raises(AccountExists, match=r"account 'taken' already exists") as caught:
+        await store.create_accounts({"new-1": {}, "taken": {"zone_id": "z"}, "new-2": {}})
+    assert caught.value.names == ["taken"]
+    assert [a.name for a in await store.list_accounts()] == ["taken"]
+
+    created = await store.create_accounts({"b": {"source": "api", "desired_state": "INACTIVE", "zone_id": "z"},
+                                           "a": {"source": "api"}})
+    assert [(r.name, r.state, r.source, r.desired_state, r.zone_id) for r in created] == [
+        ("b", "INACTIVE", "api", "INACTIVE", "z"), ("a", "INACTIVE", "api", None, None)]
+    assert (await store.get_account("taken")).source == "agent"  # the registry's rows keep the default
+    assert [a.name for a in await store.list_accounts(source="api")] == ["a", "b"]
+    assert [a.name for a in await store.list_accounts(names=["b", "taken", "nope"])] == ["b", "taken"]
+
+
+async def test_update_accounts_is_conditional_and_all_or_nothing(store: Store) -> None:
+    await store.create_accounts({"x": {"source": "api"}, "y": {"source": "api", "state": "ACTIVE"}})
+    with pytest.raises(StateConflict, match=r"account 'y' is ACTIVE, not INACTIVE") as caught:
+        await store.update_accounts({"x": {"state": "TO_MIGRATE"}, "y": {"state": "TO_MIGRATE"}},
+                                    expect_states={"x": ["INACTIVE"], "y": ["INACTIVE"]})
+    assert (caught.value.expected, caught.value.actual) == (["INACTIVE"], "ACTIVE")
+    assert [(a.name, a.state) for a in await store.list_accounts()] == [("x", "INACTIVE"), ("y", "ACTIVE")]
+
+    rows = await store.update_accounts({"y": {"state": "TO_DEACTIVATE"}, "x": {"state": "TO_MIGRATE", "failed_count": 2}},
+                                       expect_states={"x": ["INACTIVE", "FAILED"], "y": ["ACTIVE"]})
+    assert [(r.name, r.state, r.failed_count) for r in rows] == [("y", "TO_DEACTIVATE", 0), ("x", "TO_MIGRATE", 2)]
+    assert (await store.update_account("x", kube_host="h")).kube_host == "h"
+
+
+async def test_update_never_creates_a_row(store: Store) -> None:
+    """A late write about an account deleted meanwhile must not bring it back."""
+    with pytest.raises(AccountNotFound):
+        await store.update_account("gone", agent_id="agent-1")
+    assert await store.list_accounts() == []
+
+
+async def test_concurrent_conditional_moves_only_one_wins(store: Store) -> None:
+    """Two replicas moving the same account out of FAILED: exactly one succeeds."""
+    await store.create_accounts({"f": {"source": "api", "state": "FAILED"}})
+
+    async def move() -> bool:
+        try:
+            await store.update_account("f", expect_states=["FAILED"], state="TO_MIGRATE")
+            return True
+        except StateConflict:
+            return False
+
+    assert sorted(await asyncio.gather(move(), move(), move())) == [False, False, True]
+
+
+async def test_delete_accounts_returns_those_that_existed(store: Store) -> None:
+    await store.create_accounts({"d1": {}, "d2": {}})
+    assert await store.delete_accounts(["d2", "d1", "never"]) == ["d1", "d2"]
+    assert await store.list_accounts() == []
+
+
+async def test_bad_source_and_desired_state_are_refused(store: Store) -> None:
+    with pytest.raises(StoreError, match=r"'file' is not an account source; use one of agent, api"):
+        await store.upsert_account("a", source="file")
+    with pytest.raises(StoreError, match=r"'RUNNING' is not an account state"):
+        await store.create_accounts({"a": {"desired_state": "RUNNING"}})
+    with pytest.raises(StoreError, match=r"expected states given for 'b', which is not updated"):
+        await store.update_accounts({"a": {}}, expect_states={"b": ["ACTIVE"]})

@@ -277,3 +277,77 @@ def test_secrets_are_not_in_error_messages(tmp_path, text, environ):
 )
 def test_redact_url(url, shown):
     assert redact_url(url) == shown
+
+
+# ---------------------------------------------------------------- dynamic accounts and the hub's Kubernetes access
+
+
+KEY = "kH0g1L0OQ3u6s0v9yQqfX8H6yPzCkqZb3n1m2o4p5r8="  # a well-formed Fernet key, made for this test
+
+
+def test_dynamic_accounts_defaults_are_the_seeds():
+    config = load_hub_config(None, environ={})
+    d = config.dynamic_accounts
+    assert (d.retry_frequency_seconds, d.max_retries, d.agent_timeout_seconds) == (5, 3, 15)
+    assert d.encryption_key.get_secret_value() == "" and not d.interceptor.enabled and d.name_patterns == ()
+    assert (config.kubernetes.kubeconfig_file, config.kubernetes.context, config.kubernetes.namespace) == (None, None, None)
+
+
+def test_dynamic_accounts_and_kubernetes_sections(tmp_path):
+    (tmp_path / "kubeconfig").write_text("apiVersion: v1\n")
+    config = load(tmp_path, f"""\
+        dynamicAccounts:
+          retryFrequencySeconds: 0.5
+          maxRetries: 0
+          agentTimeoutSeconds: 30
+          encryptionKey: {KEY}
+          interceptor:
+            enabled: true
+          namePatterns: ['^prod-.*', 'staging']
+        kubernetes:
+          kubeconfigFile: kubeconfig
+          context: admin
+          namespace: spinnaker
+        """)
+    d = config.dynamic_accounts
+    assert (d.retry_frequency_seconds, d.max_retries, d.agent_timeout_seconds) == (0.5, 0, 30)
+    assert d.encryption_key.get_secret_value() == KEY and KEY not in repr(config) and KEY not in str(config)
+    assert d.interceptor.enabled and d.name_patterns == ("^prod-.*", "staging")
+    k = config.kubernetes
+    assert (k.kubeconfig_file, k.context, k.namespace) == (tmp_path / "kubeconfig", "admin", "spinnaker")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("dynamicAccounts:\n  retryFrequencySeconds: 0\n", "dynamicAccounts.retryFrequencySeconds: must be greater than 0, got 0"),
+        ("dynamicAccounts:\n  maxRetries: -1\n", "dynamicAccounts.maxRetries: must be at least 0, got -1"),
+        # the section holds a secret (encryptionKey): no value of it is shown
+        ("dynamicAccounts:\n  maxRetries: '3'\n", "dynamicAccounts.maxRetries: expected an integer, got a string"),
+        ("dynamicAccounts:\n  encryptionKey: hunter2\n",
+         "dynamicAccounts.encryptionKey: the encryption key is not a Fernet key: it must be 32 random bytes in URL-safe "
+         "base64 (44 characters ending in '='), e.g. from `scale-agent accounts generate-key`; the value is not shown"),
+        ("dynamicAccounts:\n  encryptionKey: 12\n", "dynamicAccounts.encryptionKey: expected a string, got an integer"),
+        ("dynamicAccounts:\n  namePatterns: ['prod-(']\n",
+         "dynamicAccounts.namePatterns[0]: 'prod-(' is not a regular expression: missing ), unterminated subpattern at "
+         "position 5"),
+        ("dynamicAccounts:\n  retryFrequency: 5\n",
+         "dynamicAccounts.retryFrequency: unknown key (did you mean 'retryFrequencySeconds'?)"),
+        ("kubernetes:\n  kubeconfigFile: missing.yml\n", "kubernetes.kubeconfigFile: <dir>/missing.yml: the file does not exist"),
+        ("kubernetes:\n  context: admin\n",
+         "kubernetes.context: only applies with kubeconfigFile (the in-cluster service account has no contexts)"),
+        ("kubernetes:\n  namespace: Spinnaker\n",
+         "kubernetes.namespace: 'Spinnaker' is not a namespace name: use at most 63 lowercase letters, digits and '-', "
+         "starting and ending with a letter or digit"),
+    ],
+)
+def test_dynamic_accounts_validation_errors(tmp_path, text, expected):
+    assert error_of(tmp_path, text) == f"hub.yml: {expected}"
+
+
+def test_dynamic_accounts_from_the_environment():
+    config = load_hub_config(None, environ={"SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__MAX_RETRIES": "7",
+                                            "SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__INTERCEPTOR__ENABLED": "true",
+                                            "SCALE_AGENT_HUB_KUBERNETES__NAMESPACE": "spinnaker"})
+    assert config.dynamic_accounts.max_retries == 7 and config.dynamic_accounts.interceptor.enabled
+    assert config.kubernetes.namespace == "spinnaker"

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..kube.selectors import SelectorError, parse_label_selector
+from .accounts_api import accounts_router
 from .cache import SubscriptionOverflow
 from .manifests import manifest_view
 
@@ -68,6 +69,8 @@ def create_app(hub: Hub) -> FastAPI:
     app = FastAPI(title="Scale Agent hub", version=__version__,
                   description="Connected agents, their accounts, and a real-time cache of every cluster's objects.")
     registry, cache = hub.registry, hub.cache
+    assert hub.accounts is not None, "the accounts service starts before the HTTP API"
+    app.include_router(accounts_router(hub.accounts))
 
     def record(account: str) -> Any:
         r = registry.accounts.get(account)

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import (
     Field,
     SecretStr,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -34,6 +35,7 @@ from pydantic import (
 )
 
 from ..configfile import ConfigError, ConfigFormat, ConfigModel, check_readable_file, describe, invalid, is_host, to_path
+from .secrets_box import EncryptionKeyError, parse_keys
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -42,8 +44,11 @@ __all__ = [
     "DATABASES",
     "ConfigError",
     "DatabaseConfig",
+    "DynamicAccountsConfig",
     "GrpcConfig",
     "HubConfig",
+    "InterceptorConfig",
+    "KubernetesConfig",
     "ServerConfig",
     "SessionsConfig",
     "TlsConfig",
@@ -63,6 +68,7 @@ DATABASES = ("sqlite", "postgresql", "mysql", "mariadb")
 
 log = logging.getLogger("scaleagent.hub.config")
 
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _REPLICA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 # SQLAlchemy's own URL grammar (sqlalchemy.engine.url), so that what passes here parses there.
 _URL = re.compile(
@@ -199,6 +205,89 @@ class GrpcConfig(ConfigModel):
     keep_alive_seconds: StrictInt = Field(30, ge=0)
 
 
+class KubernetesConfig(ConfigModel):
+    """The hub's own access to Kubernetes: where it reads the Secrets that `encryptedFile:`
+    kubeconfig references name. Without `kubeconfigFile`, the hub uses its in-cluster service
+    account (when it runs in a pod). Nothing is read until a reference needs it, so a hub that
+    never resolves one needs no access at all."""
+
+    kubeconfig_file: Path | None = None
+    context: StrictStr | None = None
+    namespace: StrictStr | None = None
+
+    @field_validator("kubeconfig_file", mode="before")
+    @classmethod
+    def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
+        path = to_path(value, info)
+        return None if path is None else check_readable_file(path)
+
+    @field_validator("context", "namespace", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is not None and not _DNS_LABEL.fullmatch(value):
+            raise invalid(f"{value!r} is not a namespace name: use at most 63 lowercase letters, digits and '-', "
+                          "starting and ending with a letter or digit")
+        return value
+
+    @model_validator(mode="after")
+    def _context_needs_file(self) -> KubernetesConfig:
+        if self.context is not None and self.kubeconfig_file is None:
+            raise invalid("only applies with kubeconfigFile (the in-cluster service account has no contexts)",
+                          "context")
+        return self
+
+
+class InterceptorConfig(ConfigModel):
+    """Clouddriver Account Management interception (`POST/PUT /credentials`)."""
+
+    enabled: StrictBool = False
+
+
+class DynamicAccountsConfig(ConfigModel):
+    """Accounts created and migrated through the REST API (`/armory/accounts`): retries of failed
+    ones, the key that encrypts their kubeconfigs at rest, and automatic migration."""
+
+    retry_frequency_seconds: StrictFloat = Field(5.0, gt=0)
+    max_retries: StrictInt = Field(3, ge=0)
+    agent_timeout_seconds: StrictFloat = Field(15.0, gt=0)
+    encryption_key: SecretStr = SecretStr("")
+    interceptor: InterceptorConfig = Field(default_factory=InterceptorConfig)
+    name_patterns: tuple[StrictStr, ...] = ()
+
+    @field_validator("encryption_key", mode="before")
+    @classmethod
+    def _key_type(cls, value: Any) -> Any:
+        if isinstance(value, SecretStr | str):
+            return value
+        raise invalid(f"expected a string, got {describe(value, secret=True)}")
+
+    @field_validator("encryption_key")
+    @classmethod
+    def _key_format(cls, value: SecretStr) -> SecretStr:
+        """Checked now, not at the first kubeconfig: a wrong key must stop the hub at start."""
+        if value.get_secret_value():
+            try:
+                parse_keys(value.get_secret_value())
+            except EncryptionKeyError as e:
+                raise invalid(str(e)) from None
+        return value
+
+    @field_validator("name_patterns")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, pattern in enumerate(value):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise invalid(f"{pattern!r} is not a regular expression: {e}", i) from None
+        return value
+
+
 class HubConfig(ConfigModel):
     """The whole hub configuration."""
 
@@ -208,6 +297,8 @@ class HubConfig(ConfigModel):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     grpc: GrpcConfig = Field(default_factory=GrpcConfig)
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    dynamic_accounts: DynamicAccountsConfig = Field(default_factory=DynamicAccountsConfig)
 
     def with_overrides(
         self,

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..protocol import pb
 from .cache import Cache
-from .store import Store, StoreError
+from .store import AccountNotFound, Store, StoreError
 
 log = logging.getLogger("scaleagent.hub.registry")
 
@@ -147,7 +147,12 @@ class Registry:
         while True:
             name, fields = await self._writes.get()
             try:
-                await self.store.upsert_account(name, **fields)
+                if name in self.managed:  # its row belongs to the accounts service: never recreate it
+                    await self.store.update_account(name, **fields)
+                else:
+                    await self.store.upsert_account(name, **fields)
+            except AccountNotFound:
+                pass  # deleted through the API meanwhile
             except StoreError as e:
                 log.error("account %s: cannot record it in the database: %s", name, e)
             finally:

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from ..protocol import SERVICE_NAME, pb_grpc
 from .api import create_app
 from .cache import Cache
+from .accounts import AccountsService
 from .config import HubConfig
 from .dynamic import AccountDispatcher
 from .link import GRPC_LIMIT_FACTOR, AgentLinkService
@@ -52,6 +53,7 @@ class Hub:
         self.dispatcher = AccountDispatcher(self.registry)
         self.link.dispatcher = self.dispatcher
         self.store: Store | None = None
+        self.accounts: AccountsService | None = None
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -71,6 +73,8 @@ class Hub:
         self.store = await Store.open(self.config.database.url)
         self.registry.store = self.store
         await self.registry.start()
+        self.accounts = AccountsService.for_hub(self.config, self.store, self.registry, self.dispatcher)
+        await self.accounts.start()
         await self._start_grpc()
         await self._start_http()
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
@@ -143,6 +147,8 @@ class Hub:
             await asyncio.wait([self._http_task])
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self.accounts is not None:
+            await self.accounts.stop()
         await self.registry.stop()
         if self.store is not None:
             await self.store.close()

@@ -9,8 +9,18 @@ MySQL or MariaDB, with its schema kept current by Alembic migrations that `Store
 
 from __future__ import annotations
 
-from .errors import AccountNotFound, StoreError
-from .models import STATES
+from .errors import AccountExists, AccountNotFound, StateConflict, StoreError
+from .models import SOURCES, STATES
 from .store import AccountRow, Store, async_url
 
-__all__ = ["STATES", "AccountNotFound", "AccountRow", "Store", "StoreError", "async_url"]
+__all__ = [
+    "SOURCES",
+    "STATES",
+    "AccountExists",
+    "AccountNotFound",
+    "AccountRow",
+    "StateConflict",
+    "Store",
+    "StoreError",
+    "async_url",
+]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["AccountNotFound", "StoreError"]
+__all__ = ["AccountExists", "AccountNotFound", "StateConflict", "StoreError"]
 
 
 class StoreError(Exception):
@@ -16,3 +16,24 @@ class AccountNotFound(StoreError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no account named {name!r}")
         self.name = name
+
+
+class AccountExists(StoreError):
+    """`create_accounts` was given names that already have a row; nothing was created."""
+
+    def __init__(self, names: list[str]) -> None:
+        listed = ", ".join(map(repr, names))
+        super().__init__(f"account{'s' if len(names) > 1 else ''} {listed} already exist{'' if len(names) > 1 else 's'}")
+        self.names = names
+
+
+class StateConflict(StoreError):
+    """An update was conditional on the account's state, and the account is in another one (a
+    concurrent request, another replica or an agent's report changed it first). Nothing of the
+    update was written."""
+
+    def __init__(self, name: str, expected: list[str], actual: str) -> None:
+        super().__init__(f"account {name!r} is {actual}, not {' or '.join(expected)}")
+        self.name = name
+        self.expected = expected
+        self.actual = actual

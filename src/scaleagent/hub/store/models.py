@@ -21,6 +21,7 @@ __all__ = [
     "Account",
     "Base",
     "LENGTHS",
+    "SOURCES",
     "STATES",
     "UtcDateTime",
     "VERSION_TABLE",
@@ -80,9 +81,17 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+SOURCES = ("agent", "api")
+"""Who created an account's row: `agent` (the registry, for an account in an agent's own
+configuration) or `api` (the Dynamic Accounts service: REST API, CLI, interception). The
+service manages only `api` rows."""
+
+
 LENGTHS = {
     "name": 253,
     "state": 32,
+    "desired_state": 32,
+    "source": 16,
     "zone_id": 253,
     "kube_host": 2048,
     "cert_fingerprint": 128,
@@ -113,12 +122,15 @@ class Account(Base):
     `kubeconfig_file` is the reference as the user gave it (a path or an `encryptedFile:`
     secret reference), `kubeconfig_encrypted` an encrypted kubeconfig the hub holds itself.
     `properties` keeps the rest of the account's settings (namespaces, kinds, ...) as JSON.
+    `source` says who created the row (see SOURCES); `desired_state` is what the user last asked
+    for (ACTIVE or INACTIVE), which a FAILED account keeps so that a retry knows what to retry.
     """
 
     __tablename__ = ACCOUNTS_TABLE
     __table_args__ = (
         UniqueConstraint("name", name="uq_kubesvc_accounts_name"),
         Index("ix_kubesvc_accounts_state", "state"),
+        Index("ix_kubesvc_accounts_source", "source"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -135,3 +147,6 @@ class Account(Base):
     failed_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    source: Mapped[str] = mapped_column(String(LENGTHS["source"]), nullable=False, default="agent",
+                                        server_default="agent")
+    desired_state: Mapped[str | None] = mapped_column(String(LENGTHS["desired_state"]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,8 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from ..config import check_database_url, redact_url
 from . import migrate
-from .errors import AccountNotFound, StoreError
-from .models import LENGTHS, STATES, Account
+from .errors import AccountExists, AccountNotFound, StateConflict, StoreError
+from .models import LENGTHS, SOURCES, STATES, Account
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "SQLITE_BUSY_TIMEOUT_MS", "AccountRow", "Store", "async_url"]
 
@@ -60,6 +60,8 @@ _FIELDS = (
     "agent_id",
     "error_message",
     "failed_count",
+    "source",
+    "desired_state",
 )
 """What `upsert_account` may set. `id`, `name` and the timestamps belong to the store."""
 
@@ -72,6 +74,8 @@ class AccountRow:
 
     `created_at` and `updated_at` are aware UTC datetimes whatever the database;
     `kubeconfig_encrypted` is left out of `repr()` so that logging a row can't dump it.
+    `source` and `desired_state` (schema revision 0002) come last, with defaults, so that code
+    building rows by position keeps working.
     """
 
     id: int
@@ -88,6 +92,8 @@ class AccountRow:
     failed_count: int
     created_at: datetime
     updated_at: datetime
+    source: str = "agent"
+    desired_state: str | None = None
 
     @classmethod
     def _from_model(cls, row: Account) -> AccountRow:
@@ -106,6 +112,8 @@ class AccountRow:
             failed_count=row.failed_count,
             created_at=_utc(row.created_at),
             updated_at=_utc(row.updated_at),
+            source=row.source or "agent",
+            desired_state=row.desired_state,
         )
 
 
@@ -251,15 +259,28 @@ class Store:
             row = (await session.execute(select(Account).where(Account.name == name))).scalar_one_or_none()
             return None if row is None else AccountRow._from_model(row)
 
-    async def list_accounts(self, *, states: Collection[str] = ()) -> list[AccountRow]:
-        """All accounts ordered by name, or only those in one of `states` when it is not empty."""
+    async def list_accounts(self, *, states: Collection[str] = (), source: str | None = None,
+                            names: Collection[str] = ()) -> list[AccountRow]:
+        """All accounts ordered by name, or only those in one of `states` when it is not empty,
+        only those created by `source` (see SOURCES) when it is given, and only those named in
+        `names` when it is not empty."""
         if isinstance(states, str):  # list_accounts(states="ACTIVE") would otherwise mean letters
             raise StoreError(f"list_accounts: states must be a collection of states, not the string {states!r}")
+        if isinstance(names, str):
+            raise StoreError(f"list_accounts: names must be a collection of names, not the string {names!r}")
+        for name in names:
+            _check_name(name)
         for state in states:
             _check_state(state)
+        if source is not None:
+            _check_source(source)
         query = select(Account).order_by(Account.name)
         if states:
             query = query.where(Account.state.in_(sorted(set(states))))
+        if source is not None:
+            query = query.where(Account.source == source)
+        if names:
+            query = query.where(Account.name.in_(sorted(set(names))))
         async with self._transaction("list_accounts") as session:
             return [AccountRow._from_model(row) for row in (await session.execute(query)).scalars()]
 
@@ -291,6 +312,115 @@ class Store:
                 delete(Account).where(Account.name == name).execution_options(synchronize_session=False)
             )
             return result.rowcount > 0
+
+    async def create_accounts(self, accounts: Mapping[str, Mapping[str, Any]]) -> list[AccountRow]:
+        """Create every account of `accounts` ({name: fields}, fields as for `upsert_account`) in
+        one transaction, or none: if any name already has a row, raise AccountExists naming all
+        such names and create nothing. For requests that must be applied whole or not at all.
+
+        Another replica creating one of the names at the same moment makes the insert hit the
+        unique constraint; that is reported as AccountExists too (the name now exists)."""
+        checked = {name: _check_fields(dict(fields)) for name, fields in accounts.items()}
+        for name in checked:
+            _check_name(name)
+        if not checked:
+            return []
+        try:
+            async with self._transaction("create_accounts") as session:
+                existing = sorted((await session.execute(
+                    select(Account.name).where(Account.name.in_(list(checked)))
+                )).scalars())
+                if existing:
+                    raise AccountExists(existing)
+                now = _now()
+                rows = []
+                for name, values in checked.items():
+                    row = Account(name=name, state="INACTIVE", properties={}, failed_count=0, created_at=now,
+                                  updated_at=now, source="agent")
+                    for key, value in values.items():
+                        setattr(row, key, value)
+                    session.add(row)
+                    rows.append(row)
+                await session.flush()
+                return [AccountRow._from_model(row) for row in rows]
+        except IntegrityError:
+            raced = sorted((r.name for r in await self._existing(list(checked))))
+            raise AccountExists(raced or sorted(checked)) from None
+
+    async def update_accounts(
+        self,
+        updates: Mapping[str, Mapping[str, Any]],
+        *,
+        expect_states: Mapping[str, Collection[str]] | None = None,
+    ) -> list[AccountRow]:
+        """Update existing accounts ({name: fields}) in one transaction, all or none; return them
+        as stored, in the order given.
+
+        `expect_states` makes an update conditional: {name: states} means "only if the account
+        is in one of these states now", checked with the row locked (SELECT ... FOR UPDATE; on
+        SQLite the transaction holds the file's write lock), so that two replicas or two tasks
+        cannot both move an account out of the same state. Raises AccountNotFound for a name
+        without a row and StateConflict for a state that is not the expected one; either way
+        nothing is written. Unlike `upsert_account`, this never creates a row: a write about an
+        account deleted meanwhile must not bring it back."""
+        checked = {name: _check_fields(dict(fields)) for name, fields in updates.items()}
+        expect = {name: sorted(set(states)) for name, states in (expect_states or {}).items()}
+        for name in [*checked, *expect]:
+            _check_name(name)
+        for name, states in expect.items():
+            if isinstance((expect_states or {})[name], str):
+                raise StoreError(f"update_accounts: expected states of {name!r} must be a collection, not a string")
+            if name not in checked:
+                raise StoreError(f"update_accounts: expected states given for {name!r}, which is not updated")
+            for state in states:
+                _check_state(state)
+        if not checked:
+            return []
+        async with self._transaction("update_accounts") as session:
+            found = {row.name: row for row in (await session.execute(
+                select(Account).where(Account.name.in_(list(checked))).with_for_update()
+            )).scalars()}
+            now = _now()
+            for name, values in checked.items():
+                row = found.get(name)
+                if row is None:
+                    raise AccountNotFound(name)
+                if name in expect and row.state not in expect[name]:
+                    raise StateConflict(name, expect[name], row.state)
+                row.updated_at = max(now, _utc(row.updated_at))
+                for key, value in values.items():
+                    setattr(row, key, value)
+            await session.flush()
+            return [AccountRow._from_model(found[name]) for name in checked]
+
+    async def update_account(self, name: str, *, expect_states: Collection[str] | None = None,
+                             **fields: Any) -> AccountRow:
+        """Update one existing account; `update_accounts` for one name (same errors, never
+        creates a row)."""
+        expect = None if expect_states is None else {name: expect_states}
+        return (await self.update_accounts({name: fields}, expect_states=expect))[0]
+
+    async def delete_accounts(self, names: Collection[str]) -> list[str]:
+        """Delete the accounts `names` in one transaction; return those that existed."""
+        if isinstance(names, str):
+            raise StoreError(f"delete_accounts: names must be a collection of names, not the string {names!r}")
+        for name in names:
+            _check_name(name)
+        if not names:
+            return []
+        async with self._transaction("delete_accounts") as session:
+            existing = sorted((await session.execute(
+                select(Account.name).where(Account.name.in_(list(names))).with_for_update()
+            )).scalars())
+            if existing:
+                await session.execute(
+                    delete(Account).where(Account.name.in_(existing)).execution_options(synchronize_session=False))
+            return existing
+
+    async def _existing(self, names: list[str]) -> list[AccountRow]:
+        async with self._transaction("create_accounts") as session:
+            return [AccountRow._from_model(row) for row in (await session.execute(
+                select(Account).where(Account.name.in_(names)))).scalars()]
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -421,6 +551,11 @@ def _check_state(state: object) -> None:
         raise StoreError(f"{state!r} is not an account state; use one of {', '.join(STATES)}")
 
 
+def _check_source(source: object) -> None:
+    if source not in SOURCES:
+        raise StoreError(f"{source!r} is not an account source; use one of {', '.join(SOURCES)}")
+
+
 def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """Validate `upsert_account`'s fields before any SQL, so that a mistake is reported by name
     and alike on every database (they differ on over-long strings and on types)."""
@@ -431,6 +566,11 @@ def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         if key == "state":
             _check_state(value)
+        elif key == "desired_state":
+            if value is not None:
+                _check_state(value)
+        elif key == "source":
+            _check_source(value)
         elif key == "kubeconfig_encrypted":
             if value is not None and not isinstance(value, bytes | bytearray | memoryview):
                 raise StoreError(f"kubeconfig_encrypted must be bytes or None, got {type(value).__name__}")

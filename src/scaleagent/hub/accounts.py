@@ -1,0 +1,835 @@
+"""Dynamic accounts: accounts stored in `kubesvc_accounts`, migrated to agents on request, retried
+when they fail and recovered when their agents come back.
+
+The service is the only writer of its accounts' `state` (the rows it created, `source = 'api'`;
+their names are in `registry.managed`, so the registry records only what agents say about the
+cluster). Requests are checked whole before anything is written, and written in one transaction,
+so a rejected request changes nothing. What follows a request happens in the background:
+
+- migration (PATCH `state: ACTIVE`): resolve the kubeconfig reference, store it encrypted, send
+  AddAccounts to the agents of the account's zone, or without a zone to one connected agent
+  after another until one takes it (its zone is then recorded). The account is ACTIVATING until
+  an agent reports it `watching` (ACTIVE) or every agent that took it reports an error or leaves
+  (FAILED, with the reason).
+- deactivation (PATCH `state: INACTIVE`): DeleteAccounts to the agents serving it, then INACTIVE.
+- retries: FAILED accounts are tried again every `retryFrequencySeconds`, at most `maxRetries`
+  times after the first failure (`failed_count` counts the failures).
+- orphans: an ACTIVE account whose agents all left past the grace period is ORPHANED; it is sent
+  again to a connected agent of its zone right away if there is one, or to the next one that
+  connects, and is ACTIVE again once that agent reports it watching. After a hub restart, ACTIVE
+  accounts are sent again the same way.
+
+Every state change goes through `states.check_transition`. Operations on one account are
+serialised by a lock per account in this process; between replicas, each write is conditional
+on the state it expects (`Store.update_accounts(expect_states=...)`), so two replicas cannot both
+act on the same change. Agent sessions are per replica: this replica sends to its own agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .account_models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
+from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
+from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
+from .states import TRANSIENT, AccountState, TransitionError, check_transition
+from .store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
+
+if TYPE_CHECKING:
+    from .config import DynamicAccountsConfig, HubConfig
+    from .registry import AccountRecord, Registry, Session
+
+__all__ = ["AccountsService", "Conflict", "Dispatcher", "UnknownAccounts"]
+
+S = AccountState
+SOURCE = "api"
+
+log = logging.getLogger("scaleagent.hub.accounts")
+
+
+class Dispatcher(Protocol):
+    """What the service needs from `hub.dynamic.AccountDispatcher`: ask one session's agent to
+    add or delete accounts and get {name: (accepted, reason)} back, never an exception for what
+    the agent or the network did."""
+
+    async def add(self, session: Session, accounts: list[Any], timeout: float = ...) -> dict[str, tuple[bool, str]]: ...
+
+    async def delete(self, session: Session, names: list[str], timeout: float = ...) -> dict[str, tuple[bool, str]]: ...
+
+
+class UnknownAccounts(Exception):
+    """Names that are not dynamic accounts (a 404). Accounts of an agent's own configuration
+    are named as such: they exist, but this API does not manage them."""
+
+    def __init__(self, missing: Collection[str], configured: Collection[str] = ()) -> None:
+        parts = []
+        if missing:
+            parts.append(f"no account named {', '.join(map(repr, missing))}")
+        if configured:
+            parts.append(f"{', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} configured in "
+                         "an agent's own file, not a dynamic account: change it there")
+        super().__init__("; ".join(parts))
+        self.names = [*missing, *configured]
+
+
+class Conflict(Exception):
+    """A request that contradicts the accounts' current state (a 409): an existing name, an
+    illegal state change. `transitions` holds the TransitionErrors, if that is why."""
+
+    def __init__(self, message: str, transitions: Collection[TransitionError] = ()) -> None:
+        super().__init__(message)
+        self.transitions = list(transitions)
+
+
+@dataclass
+class _Sent:
+    """An account this replica sent to agents and that has not reported `watching` yet.
+
+    `resend` marks orphan and restart recovery, which leaves the stored state alone (ACTIVE or
+    ORPHANED) until an agent reports: only a migration has ACTIVATING to resolve."""
+
+    sessions: set[str] = field(default_factory=set)
+    errors: dict[str, str] = field(default_factory=dict)
+    resend: bool = False
+
+
+class AccountsService:
+    """Dynamic accounts over the store, the registry (who is connected, what they report) and
+    the dispatcher (AddAccounts/DeleteAccounts). `start()` after the registry's, `stop()` before
+    the store closes."""
+
+    def __init__(self, store: Store, registry: Registry, dispatcher: Dispatcher, *,
+                 config: DynamicAccountsConfig, box: SecretBox, resolver: KubeconfigResolver) -> None:
+        self.store = store
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.config = config
+        self.box = box
+        self.resolver = resolver
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._sent: dict[str, _Sent] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._retry_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._started = False
+
+    @classmethod
+    def for_hub(cls, config: HubConfig, store: Store, registry: Registry, dispatcher: Dispatcher) -> AccountsService:
+        """The service as a hub builds it from its configuration."""
+        box = SecretBox.for_hub(config.dynamic_accounts.encryption_key.get_secret_value(), config.database.url,
+                                store.url_for_display)
+        return cls(store, registry, dispatcher, config=config.dynamic_accounts, box=box,
+                   resolver=KubeconfigResolver.from_config(config.kubernetes))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take over the dynamic accounts in the database: their names become managed, requests
+        a previous run left half done are failed (and so retried), and agents are followed from
+        now on. Call it before agents can connect, so that none is missed."""
+        rows = await self.store.list_accounts(source=SOURCE)
+        self.registry.managed.update(row.name for row in rows)
+        for row in rows:
+            if row.state in TRANSIENT:
+                what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
+                await self._move(row.name, [row.state], S.FAILED,
+                                 error_message=f"the hub restarted during the {what}; it will be retried")
+        self.registry.listeners.append(self._on_registry)
+        self._retry_task = asyncio.get_running_loop().create_task(self._retry_forever(), name="accounts retries")
+        self._started = True
+        active = sum(1 for row in rows if row.state == S.ACTIVE)
+        log.info("dynamic accounts: %d stored (%d ACTIVE, sent again to agents as they connect)", len(rows), active)
+
+    async def stop(self) -> None:
+        """Stop the retry loop and the background work; what is unfinished is failed at the next
+        start and retried then."""
+        with contextlib.suppress(ValueError):
+            self.registry.listeners.remove(self._on_registry)
+        tasks = [t for t in [self._retry_task, *self._tasks] if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        await self.resolver.close()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def create(self, accounts: list[AccountIn]) -> list[AccountRow]:
+        """Store new accounts INACTIVE, all or none. Raises Conflict if a name exists."""
+        _check_unique(a.name for a in accounts)
+        rows = {a.name: {"zone_id": a.zoneId, "kubeconfig_file": a.kubeconfigFile, "properties": _settings(a.given()),
+                         "source": SOURCE, "state": S.INACTIVE, "desired_state": S.INACTIVE} for a in accounts}
+        try:
+            created = await self.store.create_accounts(rows)
+        except AccountExists as e:
+            existing = await self.store.list_accounts(names=e.names)
+            configured = [r.name for r in existing if r.source != SOURCE]
+            message = f"{e}: choose another name"
+            if configured:
+                message += (f" ({', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} "
+                            "configured in an agent's own file)")
+            raise Conflict(message) from None
+        self.registry.managed.update(rows)
+        log.info("dynamic accounts created: %s", ", ".join(rows))
+        self._notify()
+        return created
+
+    async def patch(self, changes: list[AccountChange]) -> list[AccountRow]:
+        """Apply changes to existing accounts, all or none, and start what they ask for.
+
+        `state: ACTIVE` migrates (again; the failure count starts over), `state: INACTIVE`
+        deactivates; other fields replace the stored ones. Changing the settings of an ACTIVE
+        account sends it to its agents again. Raises UnknownAccounts, InvalidRequest (settings
+        that contradict each other once merged) or Conflict (a state change the lifecycle does
+        not allow, or the account changed meanwhile)."""
+        names = [c.name for c in changes]
+        _check_unique(names)
+        rows = await self._own(names)
+        updates: dict[str, dict[str, Any]] = {}
+        expect: dict[str, list[str]] = {}
+        problems: list[str] = []
+        transitions: list[TransitionError] = []
+        to_migrate: list[str] = []
+        to_deactivate: list[str] = []
+        for change in changes:
+            row = rows[change.name]
+            given = change.given()
+            fields = _row_fields(row)
+            merged = fields | given
+            try:
+                check_settings(merged)
+            except ValueError as e:
+                problems.append(f"{change.name!r}: {e}")
+                continue
+            values = _stored(row, given)
+            changed = bool(values)
+            target: AccountState | None = None
+            if change.state == S.ACTIVE:
+                target = S.TO_MIGRATE
+            elif change.state == S.INACTIVE and row.state not in (S.INACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING):
+                target = S.TO_DEACTIVATE
+            elif change.state is None and changed and row.state == S.ACTIVE:
+                target = S.TO_MIGRATE  # its agents must follow the new settings
+            try:
+                if target is not None:
+                    check_transition(row.name, row.state, target)
+                elif changed and row.state in TRANSIENT:
+                    raise TransitionError(row.name, row.state, row.state,
+                                          f"its settings cannot change while it is {row.state}; wait until the "
+                                          "request in progress ends")
+            except TransitionError as e:
+                transitions.append(e)
+                continue
+            if target == S.TO_MIGRATE:
+                values |= {"state": S.TO_MIGRATE, "desired_state": S.ACTIVE, "failed_count": 0, "error_message": None}
+                to_migrate.append(row.name)
+            elif target == S.TO_DEACTIVATE:
+                values |= {"state": S.TO_DEACTIVATE, "desired_state": S.INACTIVE, "error_message": None}
+                to_deactivate.append(row.name)
+            if values:
+                updates[row.name] = values
+                expect[row.name] = [row.state]
+        if problems:
+            raise InvalidRequest(problems)
+        if transitions:
+            raise Conflict("; ".join(str(t) for t in transitions), transitions)
+        try:
+            written = await self.store.update_accounts(updates, expect_states=expect)
+        except StateConflict as e:
+            raise Conflict(f"{e} any more: it changed while this request was being checked; look at it again "
+                           "and repeat the request if it still applies") from None
+        except AccountNotFound as e:
+            raise UnknownAccounts([e.name]) from None
+        for row in written:
+            if row.name in to_migrate or row.name in to_deactivate:
+                log.info("account %s: %s requested", row.name,
+                         "migration" if row.name in to_migrate else "deactivation")
+        self._notify()
+        if to_migrate:
+            self._spawn(self._migrate(to_migrate), "migrate")
+        if to_deactivate:
+            self._spawn(self._deactivate(to_deactivate), "deactivate")
+        by_name = {row.name: row for row in written}
+        return [by_name.get(name, rows[name]) for name in names]
+
+    async def get(self, name: str) -> AccountRow:
+        """One dynamic account; UnknownAccounts if there is none by that name."""
+        try:
+            check_account_name(name)
+        except ValueError as e:
+            raise InvalidRequest(str(e)) from None
+        return (await self._own([name]))[name]
+
+    async def list_accounts(self, *, states: Collection[str] = (), zone_id: str | None = None,
+                            name: str | None = None) -> list[AccountRow]:
+        """Dynamic accounts ordered by name, filtered by state (any of), zone and name (exact,
+        or a pattern with `*` and `?`)."""
+        bad = [s for s in states if s not in S.__members__]
+        if bad:
+            raise InvalidRequest(f"state: {', '.join(map(repr, bad))} is not an account state; "
+                                 f"use {', '.join(S)}")
+        rows = await self.store.list_accounts(states=list(states), source=SOURCE)
+        if zone_id is not None:
+            rows = [r for r in rows if (r.zone_id or "") == zone_id]
+        if name is not None:
+            if any(c in name for c in "*?["):
+                rows = [r for r in rows if fnmatch.fnmatchcase(r.name, name)]
+            else:
+                rows = [r for r in rows if r.name == name]
+        return rows
+
+    async def delete(self, names: list[str]) -> tuple[list[str], list[str]]:
+        """Tell the agents following these accounts to stop, then delete their rows; all named
+        accounts must exist (UnknownAccounts otherwise, and nothing is deleted). Returns the
+        names deleted and warnings (agents that did not confirm they stopped)."""
+        _check_unique(names)
+        await self._own(names)
+        warnings: list[str] = []
+        async with self._locked(names):
+            await self._own(names)  # still there (a concurrent DELETE may have won)
+            targets = {name: self._sessions_following(name) for name in names}
+            for name in names:
+                self._sent.pop(name, None)
+            for name, result in (await self._delete_on(targets)).items():
+                for agent, reason in result:
+                    warnings.append(f"account {name!r}: agent {agent} did not confirm it stopped: {reason}")
+            deleted = await self.store.delete_accounts(names)
+        for name in deleted:
+            # While an agent still describes it, the registry must keep treating it as managed.
+            if name not in self.registry.accounts:
+                self.registry.managed.discard(name)
+        for warning in warnings:
+            log.warning("%s", warning)
+        log.info("dynamic accounts deleted: %s", ", ".join(deleted))
+        self._notify()
+        return deleted, warnings
+
+    # --- waiting (for tests and tools that must not poll blindly) -------------------------------
+
+    async def wait_for(self, predicate: Callable[[], Awaitable[bool]], timeout: float) -> None:
+        """Return once `predicate()` is true, checking it after every change the service makes;
+        TimeoutError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = self._changed
+            if await predicate():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"condition not met within {timeout:g}s")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- migration -----------------------------------------------------------------------------
+
+    async def _migrate(self, names: list[str]) -> None:
+        """Carry accounts from TO_MIGRATE to ACTIVATING (or FAILED)."""
+        async with self._locked(names):
+            rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if r.state == S.TO_MIGRATE]
+            specs: dict[str, Any] = {}
+            for row in rows:
+                try:
+                    specs[row.name] = await self._resolve(row)
+                except (KubeconfigRefError, EncryptionKeyError, StoreError) as e:
+                    await self._fail(row.name, [S.TO_MIGRATE], f"cannot resolve kubeconfigFile: {e}"
+                                     if isinstance(e, KubeconfigRefError) else str(e))
+            rows = [r for r in rows if r.name in specs]
+            # Where each account goes: its zone's agents, the agents already following it (new
+            # settings), or else the first connected agent that takes it.
+            to_all: dict[str, list[Session]] = {}
+            first_taker: list[AccountRow] = []
+            for row in rows:
+                if row.zone_id is not None:
+                    to_all[row.name] = self._sessions(row.zone_id)
+                    await self._stop_elsewhere(row)
+                elif following := [s for s in self._live(self._sessions_following(row.name))]:
+                    to_all[row.name] = following
+                else:
+                    first_taker.append(row)
+            candidates = self._sessions(None)
+            unreachable = [n for n, sessions in to_all.items() if not sessions]
+            if not candidates:
+                unreachable += [r.name for r in first_taker]
+                first_taker = []
+            for name in unreachable:
+                zone = next(r.zone_id for r in rows if r.name == name)
+                where = f"in zone {zone!r} " if zone is not None else ""
+                await self._fail(name, [S.TO_MIGRATE], f"no agent {where}that accepts dynamic accounts is connected "
+                                                      f"to this hub{self._connected_summary()}")
+                to_all.pop(name, None)
+            sending = [*to_all, *(r.name for r in first_taker)]
+            moved = await self._move_all(sending, [S.TO_MIGRATE], S.ACTIVATING)
+            for name in moved:
+                self._sent[name] = _Sent()
+            refusals: dict[str, list[str]] = {name: [] for name in moved}
+            # Zone (or current agents): every one of them, at once.
+            per_session: dict[str, tuple[Session, list[Any]]] = {}
+            for name, sessions in to_all.items():
+                if name in moved:
+                    for s in sessions:
+                        per_session.setdefault(s.id, (s, []))[1].append(specs[name])
+            results = await asyncio.gather(*(self._add(s, batch) for s, batch in per_session.values()))
+            for (session, _), result in zip(per_session.values(), results, strict=True):
+                self._record_answers(session, result, refusals)
+            # No zone: one agent after another, until each account is taken.
+            remaining = [r.name for r in first_taker if r.name in moved]
+            for session in candidates:
+                if not remaining:
+                    break
+                result = await self._add(session, [specs[n] for n in remaining])
+                taken = self._record_answers(session, result, refusals)
+                for name in taken:
+                    await self._store_quietly(name, [S.ACTIVATING], zone_id=session.zone_id or None,
+                                              agent_id=session.agent_id)
+                remaining = [n for n in remaining if n not in taken]
+            for name in moved:
+                sent = self._sent.get(name)
+                if sent is not None and not sent.sessions:
+                    self._sent.pop(name, None)
+                    why = "; ".join(refusals[name]) or "no agent answered"
+                    await self._fail(name, [S.ACTIVATING], f"no agent took the account: {why}")
+            self._notify()
+
+    async def _resolve(self, row: AccountRow) -> Any:
+        """The account to send: its kubeconfig resolved now (and stored encrypted: the snapshot
+        recovery sends again), or none for the agent's own service account."""
+        from .dynamic import DynamicAccountSpec
+
+        content: bytes | None = None
+        encrypted: bytes | None = None
+        if row.kubeconfig_file:
+            content = await self.resolver.resolve(row.kubeconfig_file, row.properties.get("context"))
+            await self.box.ready()
+            encrypted = self.box.encrypt(content)
+        if encrypted is not None or row.kubeconfig_encrypted is not None:
+            await self.store.update_account(row.name, expect_states=[S.TO_MIGRATE], kubeconfig_encrypted=encrypted)
+        return DynamicAccountSpec(name=row.name, kubeconfig=content, context=row.properties.get("context"),
+                                  properties=_agent_properties(row.properties))
+
+    async def _stored_spec(self, row: AccountRow) -> Any:
+        """The account to send again (recovery): the stored snapshot, decrypted."""
+        from .dynamic import DynamicAccountSpec
+
+        content = None
+        if row.kubeconfig_encrypted is not None:
+            await self.box.ready()
+            content = self.box.decrypt(row.kubeconfig_encrypted)
+        elif row.kubeconfig_file:
+            raise DecryptionError("no kubeconfig snapshot is stored; migrate the account again (PATCH state ACTIVE)")
+        return DynamicAccountSpec(name=row.name, kubeconfig=content, context=row.properties.get("context"),
+                                  properties=_agent_properties(row.properties))
+
+    async def _add(self, session: Session, specs: list[Any]) -> dict[str, tuple[bool, str]]:
+        """AddAccounts to one session; whatever goes wrong is a refusal with the reason."""
+        try:
+            return await self.dispatcher.add(session, specs, timeout=self.config.agent_timeout_seconds)
+        except Exception as e:  # noqa: BLE001 - a refusal with the reason, whatever went wrong
+            log.exception("sending AddAccounts to agent %s failed", session.agent_id)
+            return {spec.name: (False, f"cannot send to agent {session.agent_id}: {e}") for spec in specs}
+
+    def _record_answers(self, session: Session, result: dict[str, tuple[bool, str]],
+                        refusals: dict[str, list[str]]) -> list[str]:
+        """Note which accounts `session` took (they now wait for its report) and why it refused
+        the others; returns the names taken."""
+        taken = []
+        for name, (accepted, reason) in result.items():
+            sent = self._sent.get(name)
+            if accepted and sent is not None:
+                sent.sessions.add(session.id)
+                taken.append(name)
+            elif not accepted and name in refusals:
+                refusals[name].append(f"agent {session.agent_id}: {reason}")
+        return taken
+
+    async def _stop_elsewhere(self, row: AccountRow) -> None:
+        """An account moving to another zone: the agents of the old one stop following it."""
+        assert row.zone_id is not None
+        elsewhere = {s for s in self._live(self._sessions_following(row.name)) if s.zone_id != row.zone_id}
+        if elsewhere:
+            await self._delete_on({row.name: elsewhere})
+
+    # --- deactivation --------------------------------------------------------------------------
+
+    async def _deactivate(self, names: list[str]) -> None:
+        """Carry accounts from TO_DEACTIVATE to INACTIVE (or FAILED)."""
+        async with self._locked(names):
+            rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if r.state == S.TO_DEACTIVATE]
+            targets = {}
+            for row in rows:
+                following = self._sessions_following(row.name)
+                self._sent.pop(row.name, None)
+                if following:
+                    targets[row.name] = following
+                else:
+                    await self._move(row.name, [S.TO_DEACTIVATE], S.INACTIVE, error_message=None,
+                                     kubeconfig_encrypted=None)
+            moved = await self._move_all(list(targets), [S.TO_DEACTIVATE], S.DEACTIVATING)
+            failures = await self._delete_on({name: targets[name] for name in moved})
+            for name in moved:
+                if failures.get(name):
+                    why = "; ".join(f"agent {agent}: {reason}" for agent, reason in failures[name])
+                    await self._fail(name, [S.DEACTIVATING], f"deactivation: not every agent stopped following it: {why}")
+                else:
+                    await self._move(name, [S.DEACTIVATING], S.INACTIVE, error_message=None, kubeconfig_encrypted=None)
+            self._notify()
+
+    async def _delete_on(self, targets: dict[str, Iterable[Session]]) -> dict[str, list[tuple[str, str]]]:
+        """DeleteAccounts to each session for its accounts, all sessions at once; returns
+        {name: [(agent id, reason)]} of the refusals."""
+        per_session: dict[str, tuple[Session, list[str]]] = {}
+        for name, sessions in targets.items():
+            for session in sessions:
+                per_session.setdefault(session.id, (session, []))[1].append(name)
+
+        async def one(session: Session, batch: list[str]) -> dict[str, tuple[bool, str]]:
+            try:
+                return await self.dispatcher.delete(session, batch, timeout=self.config.agent_timeout_seconds)
+            except Exception as e:  # noqa: BLE001 - reported as a refusal
+                log.exception("sending DeleteAccounts to agent %s failed", session.agent_id)
+                return {name: (False, f"cannot send to agent {session.agent_id}: {e}") for name in batch}
+
+        results = await asyncio.gather(*(one(s, batch) for s, batch in per_session.values()))
+        failures: dict[str, list[tuple[str, str]]] = {}
+        for (session, _), result in zip(per_session.values(), results, strict=True):
+            for name, (accepted, reason) in result.items():
+                if not accepted:
+                    failures.setdefault(name, []).append((session.agent_id, reason))
+        return failures
+
+    # --- what agents report --------------------------------------------------------------------
+
+    def _on_registry(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
+        """A registry listener: runs inside the registry's call, so it only schedules work. Each
+        handler ends by notifying `wait_for` waiters, whether or not it changed a row."""
+        if what == "described" and session is not None and record is not None:
+            if record.name in self.registry.managed and record.agent_state in ("watching", "error"):
+                self._spawn(self._notifying(self._on_described(session, record.name, record.agent_state, record.reason,
+                                                           cluster=(record.api_host, record.fingerprint))),
+                        "described")
+        elif what == "rejected" and session is not None and record is not None:
+            if record.name in self.registry.managed:
+                reason = session.rejected.get(record.name, "the hub refused it")
+                self._spawn(self._notifying(self._on_described(session, record.name, "error", reason)), "rejected")
+        elif what == "orphaned" and record is not None and record.name in self.registry.managed:
+            self._spawn(self._notifying(self._on_orphaned(record.name)), "orphaned")
+        elif what == "opened" and session is not None:
+            self._spawn(self._notifying(self._recover(session)), "recover")
+        elif what == "closed" and session is not None:
+            self._spawn(self._notifying(self._on_closed(session)), "closed")
+
+    async def _notifying(self, work: Awaitable[Any]) -> None:
+        try:
+            await work
+        finally:
+            self._notify()
+
+    async def _on_described(self, session: Session, name: str, agent_state: str, reason: str,
+                            cluster: tuple[str, str] = ("", "")) -> None:
+        """An agent reports on an account: watching makes it ACTIVE (recording the cluster it
+        reached at once, rather than after the registry's own write); an error fails a
+        migration once every agent it was sent to has failed or left."""
+        async with self._locked([name]):
+            row = await self.store.get_account(name)
+            if row is None or row.source != SOURCE:
+                return
+            sent = self._sent.get(name)
+            if agent_state == "watching":
+                if sent is not None:
+                    self._sent.pop(name, None)
+                if row.state in (S.ACTIVATING, S.ORPHANED, S.FAILED) and row.desired_state == S.ACTIVE:
+                    fields: dict[str, Any] = {"error_message": None, "agent_id": session.agent_id}
+                    if cluster[0]:
+                        fields |= {"kube_host": cluster[0], "cert_fingerprint": cluster[1] or None}
+                    if row.zone_id is None and session.zone_id:
+                        fields["zone_id"] = session.zone_id
+                    if await self._move(name, [row.state], S.ACTIVE, **fields):
+                        log.info("account %s is ACTIVE: agent %s watches it", name, session.agent_id)
+                elif row.state == S.INACTIVE:
+                    # Left over (a deactivation the hub did not finish): the agent must stop.
+                    failures = await self._delete_on({name: [session]})
+                    if failures:
+                        log.warning("account %s is INACTIVE but agent %s still follows it and did not stop: %s",
+                                    name, session.agent_id, failures[name])
+                return
+            # agent_state == "error"
+            if sent is None or session.id not in sent.sessions:
+                return
+            sent.sessions.discard(session.id)
+            sent.errors[session.id] = f"agent {session.agent_id}: {reason or 'error'}"
+            if sent.sessions:
+                return  # another agent it was sent to may still succeed
+            self._sent.pop(name, None)
+            why = "; ".join(sent.errors.values())
+            if sent.resend or row.state != S.ACTIVATING:
+                await self._store_quietly(name, [row.state], error_message=why)
+                log.warning("account %s: sent again, but %s", name, why)
+            else:
+                await self._fail(name, [S.ACTIVATING], why)
+            # A failed account is followed by no agent: stop those that took it and failed.
+            errored = [s for s in self._live(self.registry.sessions.get(i) for i in sent.errors)]
+            if errored and not sent.resend:
+                await self._delete_on({name: errored})
+
+    async def _on_closed(self, session: Session) -> None:
+        """An agent left: a migration waiting only for it has failed (the retry loop may find
+        another agent); recovery sends waiting for it are forgotten."""
+        affected = [name for name, sent in self._sent.items() if session.id in sent.sessions]
+        for name in affected:
+            async with self._locked([name]):
+                sent = self._sent.get(name)
+                if sent is None or session.id not in sent.sessions:
+                    continue
+                sent.sessions.discard(session.id)
+                sent.errors[session.id] = f"agent {session.agent_id} disconnected before the account was active"
+                if sent.sessions:
+                    continue
+                self._sent.pop(name, None)
+                if not sent.resend:
+                    await self._fail(name, [S.ACTIVATING], "; ".join(sent.errors.values()))
+
+    async def _on_orphaned(self, name: str) -> None:
+        """The registry's grace period ended with no agent: ORPHANED, then offered at once to a
+        connected agent that may take it."""
+        async with self._locked([name]):
+            row = await self.store.get_account(name)
+            if row is None or row.source != SOURCE or row.state != S.ACTIVE:
+                return
+            if await self._move(name, [S.ACTIVE], S.ORPHANED,
+                                error_message="every agent serving it went away; it is sent again to the next agent "
+                                              "of its zone"):
+                log.warning("account %s is ORPHANED", name)
+        # Another connected agent of its zone can take it now.
+        for session in self._sessions(None):
+            if await self._recover(session, only=[name]):
+                break
+
+    async def _recover(self, session: Session, only: list[str] | None = None) -> bool:
+        """Send `session` the dynamic accounts that should be followed and are not: ORPHANED or
+        ACTIVE (after a hub restart) ones of its zone (or without one) that no live session
+        serves and that are not on their way to an agent already. Returns whether any was taken."""
+        if not session.dynamic_accounts_enabled:
+            return False
+        rows = await self.store.list_accounts(states=[S.ACTIVE, S.ORPHANED], source=SOURCE, names=only or ())
+        names = [r.name for r in rows if self._wants(r, session)]
+        if not names:
+            return False
+        async with self._locked(names):
+            if self.registry.sessions.get(session.id) is not session:
+                return False
+            rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if self._wants(r, session)]
+            specs = []
+            for row in rows:
+                try:
+                    specs.append(await self._stored_spec(row))
+                except (DecryptionError, EncryptionKeyError) as e:
+                    await self._store_quietly(row.name, [row.state], error_message=f"cannot be sent again: {e}")
+            if not specs:
+                return False
+            for spec in specs:
+                self._sent[spec.name] = _Sent(resend=True)
+            log.info("sending account(s) %s again, to agent %s", ", ".join(s.name for s in specs), session.agent_id)
+            result = await self._add(session, specs)
+            taken = self._record_answers(session, result, {})
+            by_name = {r.name: r for r in rows}
+            for spec in specs:
+                if spec.name in taken:
+                    if by_name[spec.name].zone_id is None and session.zone_id:
+                        await self._store_quietly(spec.name, [by_name[spec.name].state], zone_id=session.zone_id)
+                else:
+                    self._sent.pop(spec.name, None)
+                    accepted, reason = result.get(spec.name, (False, "no answer"))
+                    log.warning("account %s: agent %s did not take it back: %s", spec.name, session.agent_id, reason)
+            return bool(taken)
+
+    def _wants(self, row: AccountRow, session: Session) -> bool:
+        """Whether `session` should be sent `row` to recover it."""
+        if row.desired_state != S.ACTIVE or row.name in self._sent:
+            return False
+        if row.zone_id is not None and row.zone_id != session.zone_id:
+            return False
+        return not self._live(self._sessions_following(row.name))
+
+    # --- retries -------------------------------------------------------------------------------
+
+    async def _retry_forever(self) -> None:
+        """Every retryFrequencySeconds, try FAILED accounts again (a periodic timer: the interval
+        is the setting, nothing waits on it for synchronisation)."""
+        while True:
+            await asyncio.sleep(self.config.retry_frequency_seconds)
+            try:
+                await self.retry_failed()
+            except StoreError as e:
+                log.error("dynamic accounts: retrying failed accounts: %s", e)
+
+    async def retry_failed(self) -> None:
+        """Try once more the FAILED accounts that have retries left and failed at least
+        retryFrequencySeconds ago: a migration, or a deactivation, as their user asked."""
+        now = datetime.now(UTC)
+        due = [r for r in await self.store.list_accounts(states=[S.FAILED], source=SOURCE)
+               if r.failed_count <= self.config.max_retries
+               and (now - r.updated_at).total_seconds() >= self.config.retry_frequency_seconds]
+        migrate = [r.name for r in due if r.desired_state != S.INACTIVE and r.name not in self._sent]
+        deactivate = [r.name for r in due if r.desired_state == S.INACTIVE]
+        migrate = await self._move_all(migrate, [S.FAILED], S.TO_MIGRATE)
+        deactivate = await self._move_all(deactivate, [S.FAILED], S.TO_DEACTIVATE)
+        for name in [*migrate, *deactivate]:
+            log.info("account %s: retrying (after %d failure(s))", name,
+                     next(r.failed_count for r in due if r.name == name))
+        if migrate:
+            self._spawn(self._migrate(migrate), "retry migrate")
+        if deactivate:
+            self._spawn(self._deactivate(deactivate), "retry deactivate")
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    async def _own(self, names: list[str]) -> dict[str, AccountRow]:
+        """The dynamic accounts `names`, all of them, or UnknownAccounts."""
+        rows = {r.name: r for r in await self.store.list_accounts(names=names)}
+        missing = [n for n in names if n not in rows]
+        configured = [n for n in names if n in rows and rows[n].source != SOURCE]
+        if missing or configured:
+            raise UnknownAccounts(missing, configured)
+        return rows
+
+    async def _move(self, name: str, from_states: list[str], to_state: AccountState, **fields: Any) -> AccountRow | None:
+        """Move one account to `to_state` if it is still in one of `from_states`; None if it is
+        not (someone else moved it first) or is gone."""
+        for state in from_states:
+            check_transition(name, state, to_state)
+        try:
+            row = await self.store.update_account(name, expect_states=from_states, state=to_state, **fields)
+        except (StateConflict, AccountNotFound) as e:
+            log.debug("account %s: not moved to %s: %s", name, to_state, e)
+            return None
+        self._notify()
+        return row
+
+    async def _move_all(self, names: list[str], from_states: list[str], to_state: AccountState) -> list[str]:
+        """`_move` for several accounts; returns those moved."""
+        moved = []
+        for name in names:
+            if await self._move(name, from_states, to_state):
+                moved.append(name)
+        return moved
+
+    async def _fail(self, name: str, from_states: list[str], reason: str) -> None:
+        """FAILED with `reason`, one more failure counted."""
+        row = await self.store.get_account(name)
+        if row is None or row.state not in from_states:
+            return
+        if await self._move(name, [row.state], S.FAILED, error_message=reason, failed_count=row.failed_count + 1):
+            log.warning("account %s FAILED (failure %d): %s", name, row.failed_count + 1, reason)
+
+    async def _store_quietly(self, name: str, expect: list[str], **fields: Any) -> None:
+        """Record fields without a state change, if the account is still in `expect`."""
+        try:
+            await self.store.update_account(name, expect_states=expect, **fields)
+        except (StateConflict, AccountNotFound):
+            return
+        self._notify()
+
+    def _sessions(self, zone_id: str | None) -> list[Session]:
+        """Live sessions that take dynamic accounts, oldest first; only `zone_id`'s when given."""
+        found = [s for s in self.registry.sessions.values()
+                 if s.dynamic_accounts_enabled and (zone_id is None or s.zone_id == zone_id)]
+        return sorted(found, key=lambda s: s.connected_at)
+
+    def _sessions_following(self, name: str) -> list[Session]:
+        """Sessions serving the account, or that took it and have not reported yet."""
+        ids: set[str] = set()
+        record = self.registry.accounts.get(name)
+        if record is not None:
+            ids |= record.sessions
+        sent = self._sent.get(name)
+        if sent is not None:
+            ids |= sent.sessions
+        return self._live(self.registry.sessions.get(i) for i in ids)
+
+    def _live(self, sessions: Iterable[Session | None]) -> list[Session]:
+        return [s for s in sessions if s is not None and self.registry.sessions.get(s.id) is s]
+
+    def _connected_summary(self) -> str:
+        sessions = list(self.registry.sessions.values())
+        if not sessions:
+            return " (no agent is connected)"
+        shown = ", ".join(f"{s.agent_id} (zone {s.zone_id!r}{'' if s.dynamic_accounts_enabled else ', dynamic accounts disabled'})"
+                          for s in sessions[:10])
+        return f" (connected: {shown}{', ...' if len(sessions) > 10 else ''})"
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, names: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the locks of these accounts (in name order, so two batches cannot deadlock)."""
+        locks = [self._locks.setdefault(name, asyncio.Lock()) for name in sorted(set(names))]
+        async with contextlib.AsyncExitStack() as stack:
+            for lock in locks:
+                await stack.enter_async_context(lock)
+            yield
+
+    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"accounts {what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("dynamic accounts: %s failed", task.get_name(), exc_info=task.exception())
+
+
+def _check_unique(names: Iterable[str]) -> None:
+    seen: set[str] = set()
+    twice = []
+    for name in names:
+        if name in seen:
+            twice.append(name)
+        seen.add(name)
+    if twice:
+        raise InvalidRequest(f"{', '.join(map(repr, twice))} appear{'s' if len(twice) == 1 else ''} more than once")
+
+
+def _settings(given: dict[str, Any]) -> dict[str, Any]:
+    """The settings to store in `properties`: those given and not null."""
+    return {key: given[key] for key in SETTINGS if given.get(key) is not None}
+
+
+def _row_fields(row: AccountRow) -> dict[str, Any]:
+    """A row as request fields (camelCase), to merge a change into."""
+    return {"zoneId": row.zone_id, "kubeconfigFile": row.kubeconfig_file,
+            **{key: row.properties.get(key) for key in SETTINGS}}
+
+
+def _stored(row: AccountRow, given: dict[str, Any]) -> dict[str, Any]:
+    """The column values a change sets, only those that differ from the row."""
+    values: dict[str, Any] = {}
+    if "zoneId" in given and given["zoneId"] != row.zone_id:
+        values["zone_id"] = given["zoneId"]
+    if "kubeconfigFile" in given and given["kubeconfigFile"] != row.kubeconfig_file:
+        values["kubeconfig_file"] = given["kubeconfigFile"]
+    properties = dict(row.properties)
+    for key in SETTINGS:
+        if key in given:
+            if given[key] is None:
+                properties.pop(key, None)
+            else:
+                properties[key] = given[key]
+    if properties != row.properties:
+        values["properties"] = properties
+    return values
+
+
+def _agent_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    """The properties sent to the agent: the settings but `context`, which has its own field."""
+    return {key: value for key, value in properties.items() if key in SETTINGS and key != "context"}

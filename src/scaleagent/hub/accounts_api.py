@@ -1,0 +1,174 @@
+"""The Dynamic Accounts REST API, with the seeds' paths and bodies:
+
+    POST   /armory/accounts                        create (stored INACTIVE)               201
+    PATCH  /armory/accounts                        migrate (state ACTIVE), deactivate
+                                                   (state INACTIVE), change settings       202
+    GET    /armory/accounts?state=&zoneId=&name=   list                                   200
+    GET    /armory/accounts/{name}                 one                                    200
+    GET    /agents/kubernetes/accounts/{name}      one (the seeds' path for checking state) 200
+    DELETE /armory/accounts                        delete (body: a list of names)         200
+    DELETE /armory/accounts/{name}                 delete one                             200
+
+Bodies are read and validated here rather than by FastAPI's parameter binding, so that the
+messages name the account and the field in words (`accounts[1] ('account-02'): zoneId: expected
+a string, got a number (5)`) and every problem of a body is reported at once. Errors have the
+hub's shape, `{"error": "...", "status": N}`, whatever app the router is mounted in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from .account_models import AccountChange, AccountIn, AccountView, InvalidRequest, account_view, parse_accounts, parse_names
+from .accounts import AccountsService, Conflict, UnknownAccounts
+from .states import TransitionError
+from .store import StoreError
+
+__all__ = ["DeleteResult", "accounts_router"]
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""A request body larger than this is refused before it is parsed."""
+
+
+class DeleteResult(BaseModel):
+    deleted: list[str] = Field(description="The accounts deleted")
+    warnings: list[str] = Field(description="Agents that did not confirm they stopped following an account")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="What was wrong, naming the account and field")
+    status: int
+    problems: list[str] | None = Field(None, description="Every problem found, when there are several")
+
+
+def _list_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a JSON list of `model` (documented, validated by hand)."""
+    schema = {"type": "array", "items": model.model_json_schema(), "example": [
+        {"name": "account-01"},
+        {"name": "account-02", "zoneId": "agent-1_namespace1",
+         "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"}]}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_NAMES_BODY = {"requestBody": {"required": True, "content": {"application/json": {
+    "schema": {"type": "array", "items": {"type": "string"}, "example": ["account-01", "account-02"]}}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
+    404: {"model": ErrorBody, "description": "No such dynamic account; nothing was changed"},
+    409: {"model": ErrorBody, "description": "The state does not allow it, or the name exists; nothing was changed"},
+    503: {"model": ErrorBody, "description": "The database failed"},
+}
+
+
+def _error(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message, "status": status}
+    if problems and len(problems) > 1:
+        body["problems"] = problems
+    return JSONResponse(body, status_code=status)
+
+
+async def _answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
+    """Run the request and answer `status` with its JSON result, or the error it raised."""
+    try:
+        result = await work()
+    except InvalidRequest as e:
+        return _error(400, str(e), e.problems)
+    except UnknownAccounts as e:
+        return _error(404, str(e))
+    except Conflict as e:
+        return _error(409, str(e), [str(t) for t in e.transitions])
+    except TransitionError as e:
+        return _error(409, str(e))
+    except StoreError as e:
+        return _error(503, f"the accounts database failed: {e}")
+    return Response(orjson.dumps(result), status_code=status, media_type="application/json")
+
+
+async def _json(request: Request) -> Any:
+    """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise InvalidRequest(f"the body is {len(raw)} bytes; the most is {MAX_BODY_BYTES}")
+    if not raw.strip():
+        raise InvalidRequest("the body is empty: send a JSON list")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+
+
+def accounts_router(service: AccountsService) -> APIRouter:
+    """The Dynamic Accounts routes, to `include_router` into the hub's app."""
+    router = APIRouter(tags=["dynamic accounts"], responses=_ERRORS)
+
+    @router.post("/armory/accounts", status_code=201, response_model=list[AccountView],
+                 summary="Create accounts (stored INACTIVE)", openapi_extra=_list_schema(AccountIn),
+                 description="A list of accounts; only `name` is required. All are created, or none (an invalid "
+                             "account or an existing name refuses the whole request). Migrate them with PATCH.")
+    async def create(request: Request) -> Response:
+        async def work() -> list[dict[str, Any]]:
+            accounts = parse_accounts(await _json(request), AccountIn)
+            return [account_view(row) for row in await service.create(accounts)]
+        return await _answer(201, work)
+
+    @router.patch("/armory/accounts", status_code=202, response_model=list[AccountView],
+                  summary="Migrate (state ACTIVE), deactivate (state INACTIVE) or change accounts",
+                  openapi_extra=_list_schema(AccountChange),
+                  description="Answers once the request is recorded (TO_MIGRATE, TO_DEACTIVATE); migration goes on "
+                              "in the background: GET the account until it is ACTIVE or FAILED. All changes are "
+                              "applied, or none.")
+    async def patch(request: Request) -> Response:
+        async def work() -> list[dict[str, Any]]:
+            changes = parse_accounts(await _json(request), AccountChange)
+            return [account_view(row) for row in await service.patch(changes)]
+        return await _answer(202, work)
+
+    @router.get("/armory/accounts", response_model=list[AccountView], summary="List dynamic accounts")
+    async def list_accounts(
+        state: Annotated[list[str], Query(description="Only these states (repeat, or separate with commas)")] = [],  # noqa: B006
+        zoneId: Annotated[str | None, Query(description="Only this zone ('' = accounts without one)")] = None,  # noqa: N803
+        name: Annotated[str | None, Query(description="A name, or a pattern with * and ?")] = None,
+    ) -> Response:
+        states = [s for value in state for s in value.split(",") if s]
+
+        async def work() -> list[dict[str, Any]]:
+            return [account_view(row) for row in await service.list_accounts(states=states, zone_id=zoneId, name=name)]
+        return await _answer(200, work)
+
+    async def one(name: str) -> Response:
+        async def work() -> dict[str, Any]:
+            return account_view(await service.get(name))
+        return await _answer(200, work)
+
+    @router.get("/armory/accounts/{accountName}", response_model=AccountView, summary="One dynamic account")
+    async def get_one(accountName: str) -> Response:  # noqa: N803
+        return await one(accountName)
+
+    @router.get("/agents/kubernetes/accounts/{accountName}", response_model=AccountView,
+                summary="One dynamic account (the seeds' path for checking that it is ACTIVE)")
+    async def get_agent_account(accountName: str) -> Response:  # noqa: N803
+        return await one(accountName)
+
+    @router.delete("/armory/accounts", response_model=DeleteResult, openapi_extra=_NAMES_BODY,
+                   summary="Delete accounts: their agents stop following them, then their rows go",
+                   description="A list of names; all must exist, or nothing is deleted.")
+    async def delete_many(request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            deleted, warnings = await service.delete(parse_names(await _json(request)))
+            return {"deleted": deleted, "warnings": warnings}
+        return await _answer(200, work)
+
+    @router.delete("/armory/accounts/{accountName}", response_model=DeleteResult, summary="Delete one account")
+    async def delete_one(accountName: str) -> Response:  # noqa: N803
+        async def work() -> dict[str, Any]:
+            deleted, warnings = await service.delete(parse_names([accountName]))
+            return {"deleted": deleted, "warnings": warnings}
+        return await _answer(200, work)
+
+    return router

@@ -1,0 +1,143 @@
+"""The lifecycle of a dynamic account, and every transition it may take, in one place.
+
+The seeds name eight states. Four last (INACTIVE, ACTIVE, FAILED, ORPHANED); four are steps of
+a migration or a deactivation in progress (TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING).
+Everything that changes an account's state (a REST request, an agent's answer, the retry loop,
+orphan recovery) asks `check_transition()` first, so that the rules live here and nowhere else,
+and an illegal request is refused with a reason the API returns as a 409.
+
+    INACTIVE ──PATCH ACTIVE──▶ TO_MIGRATE ──sent──▶ ACTIVATING ──watching──▶ ACTIVE
+                                   │                    │                    │ agents gone
+                                   └──unresolvable──▶ FAILED ◀──error───────┘ past grace
+                                     no agent accepts   │ retry              ▼
+                                                        └──▶ TO_MIGRATE     ORPHANED ──watching──▶ ACTIVE
+    ACTIVE/FAILED/ORPHANED/... ──PATCH INACTIVE──▶ TO_DEACTIVATE ──sent──▶ DEACTIVATING ──stopped──▶ INACTIVE
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "ACTIVATION_STATES",
+    "DEACTIVATION_STATES",
+    "LASTING",
+    "TRANSIENT",
+    "TRANSITIONS",
+    "AccountState",
+    "TransitionError",
+    "allowed_from",
+    "check_transition",
+    "is_allowed",
+]
+
+
+class AccountState(StrEnum):
+    """An account's state as stored in `kubesvc_accounts.state` (the seeds' names)."""
+
+    INACTIVE = "INACTIVE"
+    """Stored, waiting for a migration: no agent is asked to follow it (a new account's state)."""
+    ACTIVE = "ACTIVE"
+    """An agent watches and manages it."""
+    FAILED = "FAILED"
+    """Adding it to (or removing it from) an agent failed; `error_message` says why."""
+    ORPHANED = "ORPHANED"
+    """Every agent serving it went away past the grace period; recovered when one comes back."""
+    TO_MIGRATE = "TO_MIGRATE"
+    """A migration was asked for; the hub is resolving its kubeconfig and choosing agents."""
+    ACTIVATING = "ACTIVATING"
+    """Sent to an agent (AddAccounts), which took it; waiting for it to report `watching`."""
+    TO_DEACTIVATE = "TO_DEACTIVATE"
+    """A deactivation was asked for; not yet sent to the agents."""
+    DEACTIVATING = "DEACTIVATING"
+    """DeleteAccounts was sent to the agents serving it; waiting for them to stop."""
+
+
+S = AccountState
+
+LASTING = frozenset({S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED})
+"""States an account stays in until something happens to it."""
+
+TRANSIENT = frozenset({S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING})
+"""States of a request in progress; an account's settings cannot change while in one."""
+
+ACTIVATION_STATES = frozenset({S.TO_MIGRATE, S.ACTIVATING})
+DEACTIVATION_STATES = frozenset({S.TO_DEACTIVATE, S.DEACTIVATING})
+
+TRANSITIONS: dict[tuple[AccountState, AccountState], str] = {
+    # migration, asked by PATCH state ACTIVE or by the retry loop
+    (S.INACTIVE, S.TO_MIGRATE): "migration requested",
+    (S.FAILED, S.TO_MIGRATE): "migration requested again (a PATCH, or an automatic retry)",
+    (S.ACTIVE, S.TO_MIGRATE): "migration requested again: the agents get the account's current settings",
+    (S.ORPHANED, S.TO_MIGRATE): "migration requested while no agent serves it",
+    (S.TO_MIGRATE, S.ACTIVATING): "an agent took the account (AddAccounts accepted)",
+    (S.TO_MIGRATE, S.FAILED): "the kubeconfig could not be resolved, or no agent took the account",
+    (S.ACTIVATING, S.ACTIVE): "an agent reports it watching",
+    (S.ACTIVATING, S.FAILED): "the agents that took it report an error, or went away",
+    # what agents report at any time
+    (S.ACTIVE, S.ORPHANED): "every agent serving it went away past the grace period",
+    (S.ORPHANED, S.ACTIVE): "an agent serves it again",
+    (S.FAILED, S.ACTIVE): "an agent reports it watching after all",
+    # deactivation, asked by PATCH state INACTIVE
+    (S.ACTIVE, S.TO_DEACTIVATE): "deactivation requested",
+    (S.FAILED, S.TO_DEACTIVATE): "deactivation requested",
+    (S.ORPHANED, S.TO_DEACTIVATE): "deactivation requested",
+    (S.TO_MIGRATE, S.TO_DEACTIVATE): "deactivation requested during a migration",
+    (S.ACTIVATING, S.TO_DEACTIVATE): "deactivation requested during a migration",
+    (S.TO_DEACTIVATE, S.DEACTIVATING): "DeleteAccounts sent to the agents serving it",
+    (S.TO_DEACTIVATE, S.INACTIVE): "no agent serves it: nothing to stop",
+    (S.TO_DEACTIVATE, S.FAILED): "the deactivation could not be carried out (the hub restarted first)",
+    (S.DEACTIVATING, S.INACTIVE): "the agents stopped following it",
+    (S.DEACTIVATING, S.FAILED): "an agent did not stop following it",
+}
+"""Every allowed (from, to) pair, with what causes it. Nothing else is allowed."""
+
+_WHY_NOT: dict[tuple[AccountState, AccountState], str] = {
+    (S.TO_MIGRATE, S.TO_MIGRATE): "a migration is already in progress; wait until it is ACTIVE or FAILED",
+    (S.ACTIVATING, S.TO_MIGRATE): "a migration is already in progress; wait until it is ACTIVE or FAILED",
+    (S.TO_DEACTIVATE, S.TO_MIGRATE): "a deactivation is in progress; migrate it once it is INACTIVE",
+    (S.DEACTIVATING, S.TO_MIGRATE): "a deactivation is in progress; migrate it once it is INACTIVE",
+    (S.INACTIVE, S.ACTIVE): "an account becomes ACTIVE through a migration (PATCH state ACTIVE), not directly",
+}
+
+
+class TransitionError(Exception):
+    """A state change the lifecycle does not allow. `reason` is said to the user (a 409)."""
+
+    def __init__(self, name: str, from_state: str, to_state: str, reason: str) -> None:
+        super().__init__(f"account {name!r} cannot go from {from_state} to {to_state}: {reason}")
+        self.name = name
+        self.from_state = from_state
+        self.to_state = to_state
+        self.reason = reason
+
+
+def is_allowed(from_state: str, to_state: str) -> bool:
+    """Whether `from_state` -> `to_state` is a transition of the lifecycle."""
+    try:
+        return (S(from_state), S(to_state)) in TRANSITIONS
+    except ValueError:
+        return False
+
+
+def allowed_from(from_state: str) -> list[AccountState]:
+    """The states an account in `from_state` may move to, in declaration order."""
+    return [to for (fr, to) in TRANSITIONS if fr == from_state]
+
+
+def check_transition(name: str, from_state: str, to_state: str) -> None:
+    """Raise TransitionError, with a reason a user can act on, unless the move is allowed."""
+    try:
+        pair = (S(from_state), S(to_state))
+    except ValueError:
+        bad = from_state if from_state not in S.__members__ else to_state
+        raise TransitionError(name, from_state, to_state,
+                              f"{bad!r} is not an account state ({', '.join(S)})") from None
+    if pair in TRANSITIONS:
+        return
+    reason = _WHY_NOT.get(pair)
+    if reason is None:
+        targets = allowed_from(pair[0])
+        reason = (f"from {pair[0]} an account can only go to {', '.join(targets)}" if targets
+                  else f"{pair[0]} has no way out")
+    raise TransitionError(name, from_state, to_state, reason)

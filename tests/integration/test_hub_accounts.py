@@ -1,0 +1,731 @@
+"""Dynamic accounts through the REST API, on SQLite, PostgreSQL and MariaDB for real.
+
+The hub side is all real: the store on each database, the registry, the dispatcher that sends
+AddAccounts/DeleteAccounts, the accounts service, its router served by uvicorn on a socket and
+called over HTTP (by `curl` itself for the seeds' examples), and Kubernetes Secrets read from
+kubesim through the hub's own kubeconfig. The agents are `ScriptedAgent`s: they stand where an
+agent's Caching stream ends in the hub (a registry session whose control messages they receive)
+and answer as an agent does, each account as its test decides (take it and report watching,
+take it and report an error, refuse it). The end-to-end test with agent processes lives with the
+agent's side.
+
+Nothing waits by sleeping: tests wait on the service's change notifications (`wait_for`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import re
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from scaleagent.hub.accounts import AccountsService
+from scaleagent.hub.accounts_api import accounts_router
+from scaleagent.hub.cache import Cache
+from scaleagent.hub.config import DynamicAccountsConfig
+from scaleagent.hub.dynamic import AccountDispatcher
+from scaleagent.hub.kubeconfig_refs import KubeconfigResolver
+from scaleagent.hub.registry import Registry, Session
+from scaleagent.hub.secrets_box import SecretBox, generate_key, parse_keys
+from scaleagent.hub.store import AccountRow, Store, async_url
+from scaleagent.hub.store.models import Account
+from scaleagent.protocol import pb
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SEED_ZONE = "agent-1_namespace1"
+WAIT = 20.0
+
+
+# --- the agents' side of the link -----------------------------------------------------------
+
+
+@dataclass
+class ScriptedAgent:
+    """An agent as the hub sees it: a session in the registry, receiving control messages and
+    answering them. `behaviour[name]` decides an account: "watch" (the default: take it, report
+    it watching), "error:<reason>" (take it, report an error), "refuse:<reason>", "silent"
+    (take it, report nothing yet)."""
+
+    registry: Registry
+    dispatcher: AccountDispatcher
+    agent_id: str
+    zone_id: str = ""
+    dynamic: bool = True
+    behaviour: dict[str, str] = field(default_factory=dict)
+    default: str = "watch"
+    added: list[pb.DynamicAccount] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    session: Session | None = None
+
+    def connect(self) -> ScriptedAgent:
+        self.session = self.registry.open(Session(
+            agent_id=self.agent_id, zone_id=self.zone_id, agent_version="test", peer="test", replica="r",
+            dynamic_accounts_enabled=self.dynamic))
+        self.session.control = self._control
+        return self
+
+    def disconnect(self) -> None:
+        assert self.session is not None
+        self.registry.close(self.session)
+
+    def _control(self, message: pb.CachingControl) -> None:
+        loop = asyncio.get_running_loop()
+        which = message.WhichOneof("message")
+        if which == "add_accounts":
+            request = message.add_accounts
+            answers, reports = [], []
+            for account in request.accounts:
+                self.added.append(account)
+                verdict, _, reason = self.behaviour.get(account.name, self.default).partition(":")
+                answers.append(pb.AccountAnswer(name=account.name, accepted=verdict != "refuse", reason=reason))
+                if verdict in ("watch", "error"):
+                    reports.append((account.name, "watching" if verdict == "watch" else "error", reason))
+            loop.call_soon(self._answer, request.request_id, answers, reports)
+        elif which == "delete_accounts":
+            request = message.delete_accounts
+            self.deleted.extend(request.names)
+            answers = [pb.AccountAnswer(name=n, accepted=True, reason="") for n in request.names]
+            loop.call_soon(self._removed, request.request_id, answers, list(request.names))
+
+    def _answer(self, request_id: str, answers: list[pb.AccountAnswer], reports: list[tuple[str, str, str]]) -> None:
+        assert self.session is not None
+        self.dispatcher.answer(self.session, pb.AccountsAnswer(request_id=request_id, answers=answers))
+        for name, state, reason in reports:
+            self.describe(name, state, reason)
+
+    def describe(self, name: str, state: str, reason: str = "") -> None:
+        assert self.session is not None
+        self.registry.describe(self.session, name, api_host=f"https://{name}.clusters.test:6443",
+                               fingerprint="AB:CD", server_version="v1.30.0", agent_state=state, reason=reason,
+                               kinds=["ConfigMap"], properties={})
+
+    def _removed(self, request_id: str, answers: list[pb.AccountAnswer], names: list[str]) -> None:
+        assert self.session is not None
+        for name in names:
+            self.registry.remove(self.session, name)
+        self.dispatcher.answer(self.session, pb.AccountsAnswer(request_id=request_id, answers=answers))
+
+    def kubeconfig_of(self, name: str) -> bytes:
+        sent = [a for a in self.added if a.name == name]
+        assert sent, f"{self.agent_id} was never sent {name}"
+        return base64.b64decode(sent[-1].kubeconfig_base64)
+
+
+# --- the hub ---------------------------------------------------------------------------------
+
+
+class Hub:
+    """The hub's accounts half on a real database, with its REST API on a real socket."""
+
+    def __init__(self, db_url: str, kubeconfig: Path, key: str, *, grace: float = 60.0,
+                 retry_every: float = 3600.0, max_retries: int = 3) -> None:
+        self.db_url = db_url
+        self.kubeconfig = kubeconfig
+        self.key = key
+        self.grace = grace
+        self.settings = DynamicAccountsConfig(retry_frequency_seconds=retry_every, max_retries=max_retries,
+                                              agent_timeout_seconds=5.0)
+        self.agents: list[ScriptedAgent] = []
+
+    async def start(self) -> Hub:
+        self.store = await Store.open(self.db_url)
+        self.registry = Registry(Cache(), grace_seconds=self.grace, replica="r", store=self.store)
+        await self.registry.start()
+        self.dispatcher = AccountDispatcher(self.registry)
+        self.service = AccountsService(self.store, self.registry, self.dispatcher, config=self.settings,
+                                       box=SecretBox(parse_keys(self.key)),
+                                       resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig))
+        await self.service.start()
+        app = FastAPI()
+        app.include_router(accounts_router(self.service))
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
+        self.server_task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
+        self.http = aiohttp.ClientSession()
+        return self
+
+    async def stop(self) -> None:
+        await self.http.close()
+        self.server.should_exit = True
+        await asyncio.wait([self.server_task])
+        await self.service.stop()
+        await self.registry.stop()
+        await self.store.close()
+
+    def agent(self, agent_id: str, zone_id: str = "", **kw: Any) -> ScriptedAgent:
+        a = ScriptedAgent(self.registry, self.dispatcher, agent_id, zone_id, **kw).connect()
+        self.agents.append(a)
+        return a
+
+    async def call(self, method: str, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
+        data = body if isinstance(body, str | bytes) or body is None else json.dumps(body)
+        async with self.http.request(method, self.url + path, data=data, params=params or None,
+                                     headers={"Content-Type": "application/json"}) as r:
+            return r.status, await r.json()
+
+    async def row(self, name: str) -> AccountRow | None:
+        return await self.store.get_account(name)
+
+    async def until(self, name: str, check: Callable[[AccountRow], bool], what: str) -> AccountRow:
+        """Wait until the account's row passes `check` (the service says when anything changed)."""
+        found: list[AccountRow] = []
+
+        async def ok() -> bool:
+            row = await self.store.get_account(name)
+            found[:] = [row] if row else []
+            return row is not None and check(row)
+
+        try:
+            await self.service.wait_for(ok, WAIT)
+        except TimeoutError:
+            raise AssertionError(f"{name}: not {what} within {WAIT}s; last: {found}") from None
+        return found[0]
+
+    async def state(self, name: str, state: str) -> AccountRow:
+        return await self.until(name, lambda r: r.state == state, state)
+
+
+@pytest.fixture
+async def hub(db_url: str, kubesim: Any) -> AsyncIterator[Hub]:
+    h = await Hub(db_url, kubesim.admin(0), generate_key()).start()
+    yield h
+    await h.stop()
+
+
+@pytest.fixture
+def core(kubesim: Any) -> Any:
+    api = config.new_client_from_config(config_file=str(kubesim.admin(0)))
+    yield client.CoreV1Api(api)
+    api.close()
+
+
+def secret(core: Any, namespace: str, name: str, data: dict[str, bytes]) -> None:
+    """Create or replace a Secret in the hub's cluster (kubesim cluster 0), as an admin would."""
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name),
+                           data={k: base64.b64encode(v).decode() for k, v in data.items()})
+    try:
+        core.create_namespaced_secret(namespace, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        core.replace_namespaced_secret(name, namespace, body)
+
+
+def seed_curl(method: str) -> str:
+    """The seeds' curl command for `method`, verbatim, as docs/accounts.md quotes it."""
+    text = (ROOT / "docs" / "accounts.md").read_text()
+    blocks = re.findall(r"```sh\n( curl --request (\w+) \\\n.*?)```", text, re.S)
+    found = [b for b, m in blocks if m == method]
+    assert len(found) == 1, f"docs/accounts.md should quote the seeds' {method} example once"
+    return found[0]
+
+
+async def run_curl(command: str, port: int) -> tuple[int, Any]:
+    """Run a curl command as written, sending its host:7002 to our server instead."""
+    extra = (f" --connect-to clouddriver:7002:127.0.0.1:{port} --connect-to localhost:7002:127.0.0.1:{port}"
+             " -sS -w '\\n%{http_code}'")
+    proc = await asyncio.create_subprocess_exec("bash", "-c", command.rstrip() + extra,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    body, _, status = out.decode().rpartition("\n")
+    return int(status), json.loads(body)
+
+
+async def stored_blob(db_url: str, name: str) -> bytes | None:
+    """The kubeconfig column as the database holds it, read behind the service's back."""
+    engine = create_async_engine(async_url(db_url))
+    try:
+        async with engine.connect() as conn:
+            return (await conn.execute(select(Account.kubeconfig_encrypted).where(Account.name == name))).scalar()
+    finally:
+        await engine.dispose()
+
+
+# --- the seeds' examples ------------------------------------------------------------------------
+
+
+async def test_the_seeds_curl_requests_work_verbatim(hub: Hub, core: Any, kubesim: Any, db_url: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    kubeconfig = kubesim.admin(1).read_bytes()  # account-02's cluster
+    secret(core, "spinnaker", "kubeconfig", {"config": kubeconfig})
+    plain = hub.agent("agent-0")                       # no zone: account-01 may go to it
+    zoned = hub.agent("agent-1", zone_id=SEED_ZONE)    # account-02's zone
+
+    status, created = await run_curl(seed_curl("POST"), hub.port)
+    assert status == 201
+    assert [(a["name"], a["state"], a["zoneId"], a["kubeconfigFile"]) for a in created] == [
+        ("account-01", "INACTIVE", None, None),
+        ("account-02", "INACTIVE", SEED_ZONE, "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker")]
+    assert not plain.added and not zoned.added  # creating sends nothing
+
+    status, patched = await run_curl(seed_curl("PATCH"), hub.port)
+    assert status == 202
+    assert {a["name"]: a["state"] for a in patched} == {"account-01": "TO_MIGRATE", "account-02": "TO_MIGRATE"}
+    await hub.state("account-01", "ACTIVE")
+    await hub.state("account-02", "ACTIVE")
+
+    # account-02 went to its zone only, with the Secret's kubeconfig; account-01 (no zone, no
+    # kubeconfig: the agent's own service account) to the first agent, which took it.
+    assert [a.name for a in zoned.added] == ["account-02"] and zoned.kubeconfig_of("account-02") == kubeconfig
+    assert [a.name for a in plain.added] == ["account-01"] and plain.kubeconfig_of("account-01") == b""
+    status, one = await hub.call("GET", "/agents/kubernetes/accounts/account-02")
+    assert status == 200 and one["state"] == "ACTIVE" and one["agentId"] == "agent-1"
+    assert one["kubeHost"] == "https://account-02.clusters.test:6443" and one["failedCount"] == 0
+
+    # At rest: encrypted, never plain; in answers and logs: never at all.
+    blob = await stored_blob(db_url, "account-02")
+    assert blob and kubeconfig not in blob and b"certificate-authority-data" not in blob
+    assert SecretBox(parse_keys(hub.key)).decrypt(blob) == kubeconfig
+    status, listed = await hub.call("GET", "/armory/accounts")
+    for text in (json.dumps(listed), json.dumps(one), caplog.text):  # DEBUG logs of every library included
+        assert kubeconfig.decode() not in text and base64.b64encode(kubeconfig).decode() not in text
+        assert hub.key not in text
+    for view in [*listed, one]:
+        assert "kubeconfig" not in {k.lower() for k in view} and blob.decode() not in json.dumps(view)
+
+
+async def test_without_a_zone_agents_are_asked_in_turn_and_the_taker_zone_is_recorded(hub: Hub) -> None:
+    first = hub.agent("agent-a", zone_id="east", behaviour={"acc": "refuse:dynamic accounts are full here"})
+    disabled = hub.agent("agent-off", zone_id="north", dynamic=False)
+    second = hub.agent("agent-b", zone_id="west")
+    third = hub.agent("agent-c", zone_id="south")
+    await hub.call("POST", "/armory/accounts", [{"name": "acc"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "acc", "state": "ACTIVE"}])
+    row = await hub.state("acc", "ACTIVE")
+    assert (row.zone_id, row.agent_id) == ("west", "agent-b")
+    assert [a.name for a in first.added] == ["acc"] and [a.name for a in second.added] == ["acc"]
+    assert not third.added and not disabled.added
+
+
+async def test_a_zone_sends_to_every_agent_of_that_zone_and_no_other(hub: Hub) -> None:
+    z1, z2 = hub.agent("z-1", zone_id="z"), hub.agent("z-2", zone_id="z")
+    other = hub.agent("o-1", zone_id="other")
+    await hub.call("POST", "/armory/accounts", [{"name": "zoned", "zoneId": "z", "namespaces": ["web"]}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "zoned", "state": "ACTIVE"}])
+    await hub.state("zoned", "ACTIVE")
+    assert [a.name for a in z1.added] == [a.name for a in z2.added] == ["zoned"] and not other.added
+    sent = z1.added[0]
+    assert dict(sent.properties) == {"namespaces": ["web"]} and sent.context == ""
+
+
+# --- validation: nothing is partly applied ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    ([{"name": "ok-1"}, {"name": "ok-2", "zoneID": "z"}], 400,
+     "accounts[1] ('ok-2'): zoneID: unknown field (did you mean 'zoneId'?)"),
+    ([{"name": "ok-1"}, {"name": "ok-2", "zoneId": 5}], 400,
+     "accounts[1] ('ok-2'): zoneId: expected a string, got a number (5)"),
+    ([{"name": "ok-1"}, {"name": "ok-1"}], 400,
+     "accounts[1] ('ok-1'): the name 'ok-1' is also accounts[0]: each account may appear once per request"),
+    ([{"name": "ok-1"}, {"name": "-bad name"}], 400,
+     "accounts[1] ('-bad name'): name: '-bad name' is not a valid account name: use 1-253 letters, digits, '-', "
+     "'_' or '.', starting and ending with a letter or digit"),
+    ([{"name": "ok-1"}, {"zoneId": "z"}], 400, "accounts[1]: name: required"),
+    ([{"name": "ok-1"}, "ok-2"], 400,
+     "accounts[1]: expected an object such as {\"name\": \"account-01\"}, got a string ('ok-2')"),
+    ([{"name": "ok-1", "state": "ACTIVE"}], 400, "accounts[0] ('ok-1'): state: unknown field"),
+    ([{"name": "ok-1", "namespaces": ["web"], "omitNamespaces": ["kube-system"]}], 400,
+     "accounts[0] ('ok-1'): namespaces and omitNamespaces cannot be combined: give one list or the other"),
+    ([{"name": "ok-1", "namespaces": ["Web"]}], 400, "accounts[0] ('ok-1'): namespaces: 'Web' is not a namespace name"),
+    ([{"name": "ok-1", "kinds": ["Deployment", 3]}], 400,
+     "accounts[0] ('ok-1'): kinds[1]: expected a string, got a number (3)"),
+    ([{"name": "ok-1", "kubeconfigFile": "encryptedFile:k8s!n:kc"}], 400,
+     "accounts[0] ('ok-1'): kubeconfigFile: 'encryptedFile:k8s!n:kc': the key is missing (k:<key>)"),
+    ([{"name": "ok-1", "context": "c"}], 400,
+     "accounts[0] ('ok-1'): context only applies with a kubeconfigFile"),
+    ({"name": "ok-1"}, 400, "the body must be a JSON list of accounts, got an object"),
+    ([], 400, "the body is an empty list: give at least one account"),
+    ('[{"name": "ok-1"}', 400, "the body is not valid JSON (unexpected end of data at line 1, column 18)"),
+])
+async def test_an_invalid_create_is_refused_whole(hub: Hub, body: Any, status: int, message: str) -> None:
+    got, answer = await hub.call("POST", "/armory/accounts", body)
+    assert (got, answer["status"]) == (status, status)
+    assert answer["error"].startswith(message), answer["error"]
+    assert await hub.service.list_accounts() == []  # not even the valid ones
+
+
+async def test_several_problems_are_reported_at_once(hub: Hub) -> None:
+    status, answer = await hub.call("POST", "/armory/accounts", [{"name": "a", "zoneId": 1}, {"name": "b c"}])
+    assert status == 400 and len(answer["problems"]) == 2
+    assert answer["error"] == "; ".join(answer["problems"])
+
+
+async def test_an_existing_name_refuses_the_whole_create(hub: Hub) -> None:
+    await hub.call("POST", "/armory/accounts", [{"name": "taken"}])
+    await hub.store.upsert_account("from-a-file", state="ACTIVE")  # what the registry writes for a file account
+    status, answer = await hub.call("POST", "/armory/accounts", [{"name": "fresh"}, {"name": "taken"}])
+    assert (status, answer["error"]) == (409, "account 'taken' already exists: choose another name")
+    status, answer = await hub.call("POST", "/armory/accounts", [{"name": "from-a-file"}])
+    assert status == 409 and "configured in an agent's own file" in answer["error"]
+    assert [r.name for r in await hub.service.list_accounts()] == ["taken"]
+
+
+async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
+    hub.agent("agent-0", behaviour={"busy": "silent"})
+    await hub.call("POST", "/armory/accounts", [{"name": "a"}, {"name": "busy"}])
+    before = await hub.service.list_accounts()
+
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "nope"}])
+    assert (status, answer["error"]) == (404, "no account named 'nope'")
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "state": "RUNNING"}])
+    assert (status, answer["error"]) == (400, "accounts[0] ('a'): state: must be ACTIVE or INACTIVE, got a string ('RUNNING')")
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "namespaces": ["x"]},
+                                                                  {"name": "a", "state": "ACTIVE"}])
+    assert status == 400 and "each account may appear once per request" in answer["error"]
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z", "kubeconfigFile": None,
+                                                                   "context": "c"}])
+    assert status == 400 and "context only applies with a kubeconfigFile" in answer["error"]
+    assert await hub.service.list_accounts() == before
+
+    await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "state": "ACTIVE"}])
+    await hub.state("busy", "ACTIVATING")
+    before = await hub.service.list_accounts()
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"},
+                                                                  {"name": "busy", "state": "ACTIVE"}])
+    assert status == 409
+    assert answer["error"] == ("account 'busy' cannot go from ACTIVATING to TO_MIGRATE: a migration is already in "
+                               "progress; wait until it is ACTIVE or FAILED")
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "namespaces": ["web"]}])
+    assert status == 409 and "its settings cannot change while it is ACTIVATING" in answer["error"]
+    assert await hub.service.list_accounts() == before
+
+
+async def test_settings_change_and_merge(hub: Hub) -> None:
+    await hub.call("POST", "/armory/accounts", [{"name": "s", "namespaces": ["web"], "kinds": ["Deployment"]}])
+    status, [view] = await hub.call("PATCH", "/armory/accounts", [{"name": "s", "zoneId": "eu", "namespaces": None,
+                                                                   "omitNamespaces": ["kube-system"]}])
+    assert status == 202
+    assert (view["state"], view["zoneId"], view.get("namespaces"), view["omitNamespaces"], view["kinds"]) == (
+        "INACTIVE", "eu", None, ["kube-system"], ["Deployment"])
+    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "s", "namespaces": ["web"]}])
+    assert status == 400 and "namespaces and omitNamespaces cannot be combined" in answer["error"]
+
+
+# --- failures and retries -----------------------------------------------------------------------
+
+
+async def test_an_unresolvable_reference_fails_that_account_not_the_request(hub: Hub, core: Any) -> None:
+    namespace = f"ns-{uuid.uuid4().hex[:6]}"
+    secret(core, namespace, "kc", {"other": b"x"})
+    agent = hub.agent("agent-0")
+    await hub.call("POST", "/armory/accounts", [
+        {"name": "good"}, {"name": "no-key", "kubeconfigFile": f"encryptedFile:k8s!n:kc!k:config!ns:{namespace}"},
+        {"name": "no-file", "kubeconfigFile": "/nonexistent/kubeconfig"}])
+    status, _ = await hub.call("PATCH", "/armory/accounts", [{"name": n, "state": "ACTIVE"}
+                                                             for n in ("good", "no-key", "no-file")])
+    assert status == 202
+    await hub.state("good", "ACTIVE")
+    row = await hub.state("no-key", "FAILED")
+    assert row.error_message == f"cannot resolve kubeconfigFile: secret {namespace}/kc: has no key 'config' (its keys: 'other')"
+    assert row.failed_count == 1 and row.kubeconfig_encrypted is None
+    row = await hub.state("no-file", "FAILED")
+    assert row.error_message == ("cannot resolve kubeconfigFile: kubeconfig file /nonexistent/kubeconfig: the file does "
+                                 "not exist on the hub")
+    assert [a.name for a in agent.added] == ["good"]
+
+
+async def test_an_agent_error_fails_the_account_with_its_reason_and_the_agent_is_told_to_stop(hub: Hub) -> None:
+    agent = hub.agent("agent-0", behaviour={"bad": "error:cannot connect to https://10.0.0.1:6443: refused"})
+    await hub.call("POST", "/armory/accounts", [{"name": "bad"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "bad", "state": "ACTIVE"}])
+    row = await hub.state("bad", "FAILED")
+    assert row.error_message == "agent agent-0: cannot connect to https://10.0.0.1:6443: refused"
+    assert row.failed_count == 1
+    await hub.until("bad", lambda r: agent.deleted == ["bad"], "deleted from the agent")
+    status, view = await hub.call("GET", "/armory/accounts/bad")
+    assert (view["state"], view["errorMessage"], view["failedCount"]) == ("FAILED", row.error_message, 1)
+
+
+async def test_no_agent_to_take_it(hub: Hub) -> None:
+    await hub.call("POST", "/armory/accounts", [{"name": "alone", "zoneId": "mars"}])
+    hub.agent("earthling", zone_id="earth")
+    await hub.call("PATCH", "/armory/accounts", [{"name": "alone", "state": "ACTIVE"}])
+    row = await hub.state("alone", "FAILED")
+    assert row.error_message == ("no agent in zone 'mars' that accepts dynamic accounts is connected to this hub "
+                                 "(connected: earthling (zone 'earth'))")
+
+
+async def test_every_agent_refusing_is_a_failure_naming_each(hub: Hub) -> None:
+    hub.agent("a1", default="refuse:dynamic accounts are disabled")
+    hub.agent("a2", default="refuse:account 'x' is in my configuration file")
+    await hub.call("POST", "/armory/accounts", [{"name": "x"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "x", "state": "ACTIVE"}])
+    row = await hub.state("x", "FAILED")
+    assert row.error_message == ("no agent took the account: agent a1: dynamic accounts are disabled; "
+                                 "agent a2: account 'x' is in my configuration file")
+
+
+async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_starts_over(db_url: str,
+                                                                                         kubesim: Any) -> None:
+    hub = await Hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=2).start()
+    try:
+        agent = hub.agent("agent-0", default="error:forbidden: cannot list namespaces")
+        await hub.call("POST", "/armory/accounts", [{"name": "r"}])
+        await hub.call("PATCH", "/armory/accounts", [{"name": "r", "state": "ACTIVE"}])
+        row = await hub.until("r", lambda r: r.state == "FAILED" and r.failed_count == 3, "FAILED 3 times")
+        assert row.error_message == "agent agent-0: forbidden: cannot list namespaces"
+        assert len(agent.added) == 3  # the first attempt and maxRetries retries
+        await hub.service.retry_failed()  # as the loop does, again and again: the account is left alone now
+        assert (await hub.row("r")).state == "FAILED" and len(agent.added) == 3
+
+        agent.default = "watch"
+        status, [view] = await hub.call("PATCH", "/armory/accounts", [{"name": "r", "state": "ACTIVE"}])
+        assert (view["state"], view["failedCount"], view["errorMessage"]) == ("TO_MIGRATE", 0, None)
+        row = await hub.state("r", "ACTIVE")
+        assert row.failed_count == 0 and row.error_message is None
+    finally:
+        await hub.stop()
+
+
+async def test_a_retry_succeeds_once_the_cause_is_fixed(db_url: str, kubesim: Any, core: Any) -> None:
+    namespace = f"ns-{uuid.uuid4().hex[:6]}"
+    hub = await Hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=50).start()
+    try:
+        agent = hub.agent("agent-0")
+        ref = f"encryptedFile:k8s!n:later!k:config!ns:{namespace}"
+        await hub.call("POST", "/armory/accounts", [{"name": "later", "kubeconfigFile": ref}])
+        await hub.call("PATCH", "/armory/accounts", [{"name": "later", "state": "ACTIVE"}])
+        await hub.until("later", lambda r: r.state == "FAILED" and "not found" in (r.error_message or ""), "FAILED")
+        secret(core, namespace, "later", {"config": kubesim.admin(1).read_bytes()})
+        row = await hub.state("later", "ACTIVE")
+        assert row.failed_count >= 1 and agent.kubeconfig_of("later") == kubesim.admin(1).read_bytes()
+    finally:
+        await hub.stop()
+
+
+# --- deactivation and deletion ------------------------------------------------------------------
+
+
+async def test_deactivation_tells_the_agents_then_is_inactive(hub: Hub, kubesim: Any, tmp_path: Path) -> None:
+    path = tmp_path / "kc.yml"
+    path.write_bytes(kubesim.admin(1).read_bytes())
+    agent = hub.agent("agent-0", zone_id="z")
+    await hub.call("POST", "/armory/accounts", [{"name": "d", "zoneId": "z", "kubeconfigFile": str(path)}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "d", "state": "ACTIVE"}])
+    assert (await hub.state("d", "ACTIVE")).kubeconfig_encrypted
+    status, [view] = await hub.call("PATCH", "/armory/accounts", [{"name": "d", "state": "INACTIVE"}])
+    assert (status, view["state"]) == (202, "TO_DEACTIVATE")
+    row = await hub.state("d", "INACTIVE")
+    assert agent.deleted == ["d"] and row.kubeconfig_encrypted is None  # no secret kept for an idle account
+    assert "d" not in hub.registry.accounts
+    status, [view] = await hub.call("PATCH", "/armory/accounts", [{"name": "d", "state": "INACTIVE"}])
+    assert (status, view["state"], agent.deleted) == (202, "INACTIVE", ["d"])  # idempotent
+
+
+async def test_delete_tells_the_agent_then_deletes_the_rows(hub: Hub) -> None:
+    agent = hub.agent("agent-0")
+    await hub.call("POST", "/armory/accounts", [{"name": "x1"}, {"name": "x2"}, {"name": "x3"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "x1", "state": "ACTIVE"}])
+    await hub.state("x1", "ACTIVE")
+
+    status, answer = await hub.call("DELETE", "/armory/accounts", ["x2", "nope"])
+    assert (status, answer["error"]) == (404, "no account named 'nope'")
+    status, answer = await hub.call("DELETE", "/armory/accounts", ["x1", "x2"])
+    assert (status, answer) == (200, {"deleted": ["x1", "x2"], "warnings": []})
+    assert agent.deleted == ["x1"]  # the only one an agent followed
+    status, answer = await hub.call("DELETE", "/armory/accounts/x3")
+    assert (status, answer["deleted"]) == (200, ["x3"])
+    assert await hub.service.list_accounts() == []
+    assert (await hub.call("GET", "/agents/kubernetes/accounts/x1"))[0] == 404
+    status, answer = await hub.call("DELETE", "/armory/accounts", '"x1"')
+    assert (status, answer["error"]) == (400, "the body must be a non-empty JSON list of account names, got a "
+                                              "string ('x1')")
+
+
+# --- orphans and restarts -----------------------------------------------------------------------
+
+
+async def test_an_orphaned_account_comes_back_when_an_agent_of_its_zone_connects(db_url: str, kubesim: Any,
+                                                                               tmp_path: Path) -> None:
+    path = tmp_path / "kc.yml"
+    path.write_bytes(kubesim.admin(1).read_bytes())
+    hub = await Hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
+    try:
+        first = hub.agent("agent-0", zone_id="z")
+        hub.agent("elsewhere", zone_id="other")
+        await hub.call("POST", "/armory/accounts", [{"name": "o", "zoneId": "z", "kubeconfigFile": str(path)}])
+        await hub.call("PATCH", "/armory/accounts", [{"name": "o", "state": "ACTIVE"}])
+        await hub.state("o", "ACTIVE")
+        path.unlink()  # recovery uses the stored snapshot, not the source
+        first.disconnect()
+        await hub.state("o", "ORPHANED")
+        returning = hub.agent("agent-0", zone_id="z")
+        row = await hub.state("o", "ACTIVE")
+        assert returning.kubeconfig_of("o") == kubesim.admin(1).read_bytes()
+        assert row.error_message is None and row.agent_id == "agent-0"
+        assert [a.agent_id for a in hub.agents if a.added and a.added[-1].name == "o"] == ["agent-0", "agent-0"]
+    finally:
+        await hub.stop()
+
+
+async def test_an_orphan_goes_at_once_to_another_connected_agent(db_url: str, kubesim: Any) -> None:
+    hub = await Hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
+    try:
+        first = hub.agent("a-1")
+        await hub.call("POST", "/armory/accounts", [{"name": "o2"}])
+        await hub.call("PATCH", "/armory/accounts", [{"name": "o2", "state": "ACTIVE"}])
+        await hub.state("o2", "ACTIVE")
+        second = hub.agent("a-2", behaviour={"o2": "silent"})  # takes it only once it is orphaned
+        first.disconnect()
+        await hub.until("o2", lambda r: [a.name for a in second.added] == ["o2"], "sent to a-2")
+        assert (await hub.row("o2")).state == "ORPHANED"
+        second.describe("o2", "watching")
+        assert (await hub.state("o2", "ACTIVE")).agent_id == "a-2"
+    finally:
+        await hub.stop()
+
+
+async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_connect(db_url: str, kubesim: Any,
+                                                                                     tmp_path: Path) -> None:
+    path = tmp_path / "kc.yml"
+    path.write_bytes(kubesim.admin(1).read_bytes())
+    key = generate_key()
+    hub = await Hub(db_url, kubesim.admin(0), key).start()
+    try:
+        hub.agent("agent-0", behaviour={"stuck": "silent"})
+        await hub.call("POST", "/armory/accounts", [{"name": "kept", "kubeconfigFile": str(path)}, {"name": "stuck"}])
+        await hub.call("PATCH", "/armory/accounts", [{"name": "kept", "state": "ACTIVE"}, {"name": "stuck", "state": "ACTIVE"}])
+        await hub.state("kept", "ACTIVE")
+        await hub.state("stuck", "ACTIVATING")
+    finally:
+        await hub.stop()
+
+    again = await Hub(db_url, kubesim.admin(0), key, retry_every=3600).start()
+    try:
+        assert {"kept", "stuck"} <= again.registry.managed
+        row = await again.row("stuck")  # half done by the previous run: failed, so that it is retried
+        assert (row.state, row.error_message) == ("FAILED", "the hub restarted during the migration; it will be retried")
+        assert (await again.row("kept")).state == "ACTIVE"
+        agent = again.agent("agent-0")
+        await again.until("kept", lambda r: agent.added and agent.added[-1].name == "kept", "sent again")
+        assert agent.kubeconfig_of("kept") == kubesim.admin(1).read_bytes()
+        assert again.registry.accounts["kept"].state == "ACTIVE"
+        assert (await again.row("kept")).state == "ACTIVE"
+    finally:
+        await again.stop()
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+async def test_list_filters(hub: Hub) -> None:
+    await hub.call("POST", "/armory/accounts", [
+        {"name": "prod-eu", "zoneId": "eu"}, {"name": "prod-us", "zoneId": "us"}, {"name": "dev-eu", "zoneId": "eu"},
+        {"name": "nozone"}])
+    await hub.store.upsert_account("file-account", state="ACTIVE")  # an agent's own: not listed here
+
+    async def names(**params: Any) -> list[str]:
+        status, body = await hub.call("GET", "/armory/accounts", **params)
+        assert status == 200, body
+        return [a["name"] for a in body]
+
+    assert await names() == ["dev-eu", "nozone", "prod-eu", "prod-us"]
+    assert await names(zoneId="eu") == ["dev-eu", "prod-eu"]
+    assert await names(zoneId="") == ["nozone"]
+    assert await names(name="prod-*") == ["prod-eu", "prod-us"]
+    assert await names(name="prod-eu") == ["prod-eu"]
+    assert await names(state="INACTIVE,FAILED", zoneId="us") == ["prod-us"]
+    assert await names(state="ACTIVE") == []
+    status, body = await hub.call("GET", "/armory/accounts", state="RUNNING")
+    assert (status, body["error"]) == (400, "state: 'RUNNING' is not an account state; use INACTIVE, ACTIVE, FAILED, "
+                                            "ORPHANED, TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING")
+    status, body = await hub.call("GET", "/agents/kubernetes/accounts/file-account")
+    assert (status, body["error"]) == (404, "'file-account' is configured in an agent's own file, not a dynamic "
+                                            "account: change it there")
+    view = (await hub.call("GET", "/armory/accounts/prod-eu"))[1]
+    assert set(view) == {"name", "state", "zoneId", "kubeconfigFile", "errorMessage", "failedCount", "agentId",
+                         "kubeHost", "createdAt", "updatedAt"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", view["createdAt"])
+
+
+def test_the_api_documents_its_bodies() -> None:
+    app = FastAPI()
+    app.include_router(accounts_router(None))  # type: ignore[arg-type]
+    doc = app.openapi()
+    post = doc["paths"]["/armory/accounts"]["post"]
+    schema = post["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["type"] == "array" and schema["items"]["required"] == ["name"]
+    assert schema["items"]["additionalProperties"] is False
+    assert set(doc["paths"]) == {"/armory/accounts", "/armory/accounts/{accountName}",
+                                 "/agents/kubernetes/accounts/{accountName}"}
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+async def cli(hub: Hub, *args: str) -> tuple[int, str, str]:
+    """`scale-agent accounts ...` as a process, against the hub's API."""
+    hub_option = [] if args[0] == "generate-key" else ["--hub", hub.url]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scaleagent.accounts_cli", *args[:1], *hub_option, *args[1:],
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
+    hub = await Hub(f"sqlite:///{tmp_path / 'hub.db'}", kubesim.admin(0), generate_key()).start()
+    try:
+        hub.agent("agent-0", zone_id="eu", behaviour={"bad": "error:401 Unauthorized"})
+        code, out, err = await cli(hub, "add", "web-eu", "--zone", "eu", "--namespaces", "web,api", "--activate")
+        assert code == 0, err
+        assert out.splitlines()[0].split() == ["NAME", "STATE", "ZONE", "KUBECONFIG", "AGENT", "FAILED", "ERROR"]
+        assert out.splitlines()[1].split() == ["web-eu", "TO_MIGRATE", "eu", "-", "-", "0"]
+        code, out, err = await cli(hub, "add", "bad")
+        assert code == 0, err
+        code, out, err = await cli(hub, "migrate", "web-eu", "bad", "--wait", "-o", "json")
+        assert code == 1  # one of them FAILED
+        states = {a["name"]: (a["state"], a["errorMessage"]) for a in json.loads(out)}
+        assert states == {"web-eu": ("ACTIVE", None), "bad": ("FAILED", "agent agent-0: 401 Unauthorized")}
+
+        code, out, _ = await cli(hub, "list", "--state", "ACTIVE")
+        assert [line.split()[0] for line in out.splitlines()] == ["NAME", "web-eu"]
+        code, out, _ = await cli(hub, "get", "web-eu")
+        assert "namespaces:" in out and "web,api" in out
+        code, out, _ = await cli(hub, "deactivate", "web-eu")
+        assert code == 0 and "TO_DEACTIVATE" in out
+        await hub.state("web-eu", "INACTIVE")
+        code, out, err = await cli(hub, "delete", "web-eu", "bad")
+        assert (code, out) == (0, "deleted: bad, web-eu\n"), err
+
+        code, out, err = await cli(hub, "add", "bad_")
+        assert code == 1 and out == ""
+        assert err == ("scale-agent accounts: POST /armory/accounts: 400: accounts[0] ('bad_'): name: 'bad_' is not a "
+                       "valid account name: use 1-253 letters, digits, '-', '_' or '.', starting and ending with a "
+                       "letter or digit\n")
+        code, out, err = await cli(hub, "generate-key")
+        assert code == 0 and parse_keys(out.strip())
+    finally:
+        await hub.stop()
+    code, _, err = await cli(hub, "list")
+    assert code == 1 and err.startswith(f"scale-agent accounts: cannot reach the hub at {hub.url}: ")
