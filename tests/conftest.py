@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from scaleagent.hub.store import async_url
-from scaleagent.hub.store.models import VERSION_TABLE, Account
+from scaleagent.hub.store.models import VERSION_TABLE, Account, Credentials
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -141,6 +141,7 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     engine = create_async_engine(async_url(url))
     try:
         async with engine.begin() as conn:
+            await conn.execute(text(f"DROP TABLE IF EXISTS {Credentials.__tablename__}"))
             await conn.execute(text(f"DROP TABLE IF EXISTS {Account.__tablename__}"))
             await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
     finally:

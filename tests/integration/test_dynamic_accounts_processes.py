@@ -128,3 +128,28 @@ async def _call(port: int, method: str, body) -> tuple[int, object]:
     async with aiohttp.ClientSession() as http:
         async with http.request(method, f"http://127.0.0.1:{port}/armory/accounts", json=body) as r:
             return r.status, await r.json()
+
+
+async def test_an_intercepted_account_management_request_becomes_an_active_account(db_url, kubesim, tmp_path):
+    import aiohttp
+
+    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
+        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
+        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "interceptor": {"enabled": True}}}))
+    agent = None
+    try:
+        agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
+            "server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
+            print_events=False)
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        body = {"type": "kubernetes", "name": "from-spinnaker", "kubeconfigFile": str(kubesim.admin(1)),
+                "kinds": ["Namespace"]}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{hub.url}/credentials", json=body) as r:
+                assert r.status == 200, await r.text()
+        hub.wait_until("/agents/kubernetes/accounts/from-spinnaker", lambda d: d["state"] == "ACTIVE", what="ACTIVE")
+        hub.wait_until("/api/v1/accounts/from-spinnaker/objects?kind=Namespace", lambda d: d["items"], what="objects")
+    finally:
+        if agent is not None:
+            agent.stop()
+        hub.stop()

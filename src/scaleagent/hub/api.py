@@ -22,6 +22,7 @@ from .. import __version__
 from ..kube.selectors import SelectorError, parse_label_selector
 from .accounts_api import accounts_router
 from .cache import SubscriptionOverflow
+from .credentials_api import credentials_router
 from .manifests import manifest_view
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ def create_app(hub: Hub) -> FastAPI:
     registry, cache = hub.registry, hub.cache
     assert hub.accounts is not None, "the accounts service starts before the HTTP API"
     app.include_router(accounts_router(hub.accounts))
+    assert hub.credentials is not None
+    app.include_router(credentials_router(hub.credentials))
 
     def record(account: str) -> Any:
         r = registry.accounts.get(account)

@@ -243,14 +243,17 @@ class KubernetesConfig(ConfigModel):
 
 
 class InterceptorConfig(ConfigModel):
-    """Clouddriver Account Management interception (`POST/PUT /credentials`)."""
+    """Clouddriver Account Management interception: with `enabled`, `POST/PUT/DELETE /credentials`
+    of Kubernetes accounts create, change and delete dynamic accounts (hub/credentials.py)."""
 
     enabled: StrictBool = False
 
 
 class DynamicAccountsConfig(ConfigModel):
     """Accounts created and migrated through the REST API (`/armory/accounts`): retries of failed
-    ones, the key that encrypts their kubeconfigs at rest, and automatic migration."""
+    ones, the key that encrypts their kubeconfigs at rest, and automatic migration: interception
+    of Clouddriver's Account Management requests, and every `scanFrequencySeconds` a scan that
+    migrates stored definitions whose names match one of `namePatterns` (whole-name matches)."""
 
     retry_frequency_seconds: StrictFloat = Field(5.0, gt=0)
     max_retries: StrictInt = Field(3, ge=0)
@@ -258,6 +261,7 @@ class DynamicAccountsConfig(ConfigModel):
     encryption_key: SecretStr = SecretStr("")
     interceptor: InterceptorConfig = Field(default_factory=InterceptorConfig)
     name_patterns: tuple[StrictStr, ...] = ()
+    scan_frequency_seconds: StrictFloat = Field(30.0, gt=0)
 
     @field_validator("encryption_key", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from .api import create_app
 from .cache import Cache
 from .accounts import AccountsService
 from .config import HubConfig
+from .credentials import CredentialsService
 from .dynamic import AccountDispatcher
 from .link import GRPC_LIMIT_FACTOR, AgentLinkService
 from .registry import Registry
@@ -54,6 +55,7 @@ class Hub:
         self.link.dispatcher = self.dispatcher
         self.store: Store | None = None
         self.accounts: AccountsService | None = None
+        self.credentials: CredentialsService | None = None
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -75,6 +77,8 @@ class Hub:
         await self.registry.start()
         self.accounts = AccountsService.for_hub(self.config, self.store, self.registry, self.dispatcher)
         await self.accounts.start()
+        self.credentials = CredentialsService(self.store, self.accounts, config=self.config.dynamic_accounts)
+        await self.credentials.start()
         await self._start_grpc()
         await self._start_http()
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
@@ -147,6 +151,8 @@ class Hub:
             await asyncio.wait([self._http_task])
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self.credentials is not None:
+            await self.credentials.stop()
         if self.accounts is not None:
             await self.accounts.stop()
         await self.registry.stop()

@@ -9,9 +9,9 @@ MySQL or MariaDB, with its schema kept current by Alembic migrations that `Store
 
 from __future__ import annotations
 
-from .errors import AccountExists, AccountNotFound, StateConflict, StoreError
+from .errors import AccountExists, AccountNotFound, CredentialsExist, CredentialsNotFound, StateConflict, StoreError
 from .models import SOURCES, STATES
-from .store import AccountRow, Store, async_url
+from .store import AccountRow, CredentialsRow, Store, async_url
 
 __all__ = [
     "SOURCES",
@@ -19,6 +19,9 @@ __all__ = [
     "AccountExists",
     "AccountNotFound",
     "AccountRow",
+    "CredentialsExist",
+    "CredentialsNotFound",
+    "CredentialsRow",
     "StateConflict",
     "Store",
     "StoreError",

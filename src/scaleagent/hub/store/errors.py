@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["AccountExists", "AccountNotFound", "StateConflict", "StoreError"]
+__all__ = ["AccountExists", "AccountNotFound", "CredentialsExist", "CredentialsNotFound", "StateConflict", "StoreError"]
 
 
 class StoreError(Exception):
@@ -37,3 +37,19 @@ class StateConflict(StoreError):
         self.name = name
         self.expected = expected
         self.actual = actual
+
+
+class CredentialsNotFound(StoreError):
+    """An operation needed a stored Account Management definition and there is none by that name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no account definition named {name!r}")
+        self.name = name
+
+
+class CredentialsExist(StoreError):
+    """`create_credentials` was given a name that already has a definition; nothing was written."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"account {name!r} already exists")
+        self.name = name

@@ -18,8 +18,10 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
     "ACCOUNTS_TABLE",
+    "CREDENTIALS_TABLE",
     "Account",
     "Base",
+    "Credentials",
     "LENGTHS",
     "SOURCES",
     "STATES",
@@ -29,6 +31,11 @@ __all__ = [
 
 ACCOUNTS_TABLE = "kubesvc_accounts"
 """The table name of the seeds (`clouddriver.kubesvc_accounts`)."""
+
+CREDENTIALS_TABLE = "clouddriver_credentials"
+"""Account definitions received through Clouddriver's Account Management API (`/credentials`).
+Not Clouddriver's own name (`accounts`): the hub may share Clouddriver's database, and its table
+must stay Clouddriver's."""
 
 VERSION_TABLE = "scaleagent_alembic_version"
 """Alembic's bookkeeping table. Not Alembic's default `alembic_version`: the hub may share a
@@ -96,6 +103,7 @@ LENGTHS = {
     "kube_host": 2048,
     "cert_fingerprint": 128,
     "agent_id": 253,
+    "type": 64,
 }
 """Maximum lengths (characters) of the bounded string columns. The store checks them itself:
 PostgreSQL refuses a longer value, MySQL may cut it, SQLite keeps it; checking first makes the
@@ -150,3 +158,29 @@ class Account(Base):
     source: Mapped[str] = mapped_column(String(LENGTHS["source"]), nullable=False, default="agent",
                                         server_default="agent")
     desired_state: Mapped[str | None] = mapped_column(String(LENGTHS["desired_state"]))
+
+
+class Credentials(Base):
+    """One row of `clouddriver_credentials`: an account definition as Clouddriver's Account
+    Management API received it (`POST /credentials`), kept so that `GET /credentials` shows it and
+    the `namePatterns` scan can migrate it.
+
+    `body` is the definition (JSON, `type` and `name` included), never holding a kubeconfig: the
+    API refuses inline ones. `migrated_at` is when it was made a dynamic account (by interception
+    or the scan); a definition is migrated automatically at most once, so that deleting the
+    dynamic account is not undone by the next scan.
+    """
+
+    __tablename__ = CREDENTIALS_TABLE
+    __table_args__ = (
+        UniqueConstraint("name", name="uq_clouddriver_credentials_name"),
+        Index("ix_clouddriver_credentials_type", "type"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(LENGTHS["name"]), nullable=False)
+    type: Mapped[str] = mapped_column(String(LENGTHS["type"]), nullable=False)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    migrated_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

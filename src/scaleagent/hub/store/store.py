@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from ..config import check_database_url, redact_url
 from . import migrate
-from .errors import AccountExists, AccountNotFound, StateConflict, StoreError
-from .models import LENGTHS, SOURCES, STATES, Account
+from .errors import AccountExists, AccountNotFound, CredentialsExist, CredentialsNotFound, StateConflict, StoreError
+from .models import LENGTHS, SOURCES, STATES, Account, Credentials
 
-__all__ = ["CONNECT_TIMEOUT_SECONDS", "SQLITE_BUSY_TIMEOUT_MS", "AccountRow", "Store", "async_url"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "SQLITE_BUSY_TIMEOUT_MS", "AccountRow", "CredentialsRow", "Store", "async_url"]
 
 CONNECT_TIMEOUT_SECONDS = 10
 """How long opening a connection to a database server may take before the store reports it
@@ -115,6 +115,31 @@ class AccountRow:
             source=row.source or "agent",
             desired_state=row.desired_state,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialsRow:
+    """One stored Account Management definition (`clouddriver_credentials`), detached like
+    `AccountRow`. `body` is the definition as accepted (a fresh copy: changing it changes
+    nothing stored); `migrated_at` is when it was made a dynamic account, or None."""
+
+    id: int
+    name: str
+    type: str
+    body: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    migrated_at: datetime | None
+
+    @classmethod
+    def _from_model(cls, row: Credentials) -> CredentialsRow:
+        return cls(id=row.id, name=row.name, type=row.type, body=json.loads(json.dumps(row.body or {})),
+                   created_at=_utc(row.created_at), updated_at=_utc(row.updated_at),
+                   migrated_at=None if row.migrated_at is None else _utc(row.migrated_at))
+
+
+_KEEP: Any = object()
+"""`update_credentials`' default for "leave this column as it is" (None is a value: it clears)."""
 
 
 def async_url(url: str) -> URL:
@@ -422,6 +447,125 @@ class Store:
             return [AccountRow._from_model(row) for row in (await session.execute(
                 select(Account).where(Account.name.in_(names)))).scalars()]
 
+    # --- Account Management definitions (clouddriver_credentials) -------------------------------
+
+    async def create_credentials(self, name: str, type: str, body: Mapping[str, Any], *,
+                                 migrated_at: datetime | None = None) -> CredentialsRow:
+        """Store a new definition; CredentialsExist if the name has one (also when another replica
+        stores it at the same moment: the unique constraint decides), and nothing is written."""
+        _check_name(name)
+        values = _check_credentials(type, body)
+        try:
+            async with self._transaction("create_credentials", name) as session:
+                exists = (await session.execute(
+                    select(Credentials.id).where(Credentials.name == name))).scalar_one_or_none()
+                if exists is not None:
+                    raise CredentialsExist(name)
+                now = _now()
+                row = Credentials(name=name, created_at=now, updated_at=now, migrated_at=migrated_at, **values)
+                session.add(row)
+                await session.flush()
+                return CredentialsRow._from_model(row)
+        except IntegrityError:
+            raise CredentialsExist(name) from None
+
+    async def update_credentials(self, name: str, *, type: str | None = None, body: Mapping[str, Any] | None = None,
+                                 migrated_at: datetime | None = _KEEP) -> CredentialsRow:
+        """Replace an existing definition's type and body (those given) and/or set `migrated_at`
+        (None clears it); CredentialsNotFound if there is none. Never creates one: a write about a
+        definition deleted meanwhile must not bring it back."""
+        _check_name(name)
+        values: dict[str, Any] = {}
+        if body is not None:
+            values = _check_credentials(type if type is not None else str(body.get("type", "")), body)
+        elif type is not None:
+            raise StoreError("update_credentials: a new type needs its body")
+        if migrated_at is not _KEEP:
+            values["migrated_at"] = migrated_at
+        async with self._transaction("update_credentials", name) as session:
+            row = (await session.execute(
+                select(Credentials).where(Credentials.name == name).with_for_update())).scalar_one_or_none()
+            if row is None:
+                raise CredentialsNotFound(name)
+            row.updated_at = max(_now(), _utc(row.updated_at))
+            for key, value in values.items():
+                setattr(row, key, value)
+            await session.flush()
+            return CredentialsRow._from_model(row)
+
+    async def upsert_credentials(self, name: str, type: str, body: Mapping[str, Any], *,
+                                 migrated: bool = False) -> CredentialsRow:
+        """Store the definition, replacing any by that name. `migrated` records that it is a
+        dynamic account now (keeping an earlier `migrated_at`). Two replicas writing the same new
+        name at once: the loser's insert hits the unique constraint and it retries as an update."""
+        _check_name(name)
+        values = _check_credentials(type, body)
+        for attempt in (1, 2):
+            try:
+                async with self._transaction("upsert_credentials", name) as session:
+                    row = (await session.execute(
+                        select(Credentials).where(Credentials.name == name).with_for_update())).scalar_one_or_none()
+                    now = _now()
+                    if row is None:
+                        row = Credentials(name=name, created_at=now, updated_at=now, migrated_at=None)
+                        session.add(row)
+                    else:
+                        row.updated_at = max(now, _utc(row.updated_at))
+                    for key, value in values.items():
+                        setattr(row, key, value)
+                    if migrated and row.migrated_at is None:
+                        row.migrated_at = now
+                    await session.flush()
+                    return CredentialsRow._from_model(row)
+            except IntegrityError as exc:
+                if attempt == 2:
+                    raise StoreError(f"upsert_credentials {name!r} on {self.url_for_display}: the database refused "
+                                     f"it twice: {self._reason(exc)}") from None
+        raise AssertionError("unreachable")
+
+    async def get_credentials(self, name: str) -> CredentialsRow | None:
+        """The definition `name`, or None."""
+        _check_name(name)
+        async with self._transaction("get_credentials", name) as session:
+            row = (await session.execute(select(Credentials).where(Credentials.name == name))).scalar_one_or_none()
+            return None if row is None else CredentialsRow._from_model(row)
+
+    async def list_credentials(self, *, type: str | None = None, start: str | None = None,
+                               limit: int | None = None) -> list[CredentialsRow]:
+        """Definitions ordered by name: only of `type` when given, from the name `start` on
+        (inclusive, as Clouddriver's `startingAccountName`), at most `limit`."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise StoreError(f"list_credentials: limit must be an integer >= 0, got {limit!r}")
+        query = select(Credentials).order_by(Credentials.name)
+        if type is not None:
+            query = query.where(Credentials.type == type)
+        if start is not None:
+            query = query.where(Credentials.name >= start)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self._transaction("list_credentials") as session:
+            return [CredentialsRow._from_model(row) for row in (await session.execute(query)).scalars()]
+
+    async def delete_credentials(self, name: str) -> bool:
+        """Delete the definition `name`; False if there was none (twice is not an error)."""
+        _check_name(name)
+        async with self._transaction("delete_credentials", name) as session:
+            result = await session.execute(
+                delete(Credentials).where(Credentials.name == name).execution_options(synchronize_session=False))
+            return result.rowcount > 0
+
+    async def claim_credentials(self, name: str) -> bool:
+        """Set `migrated_at` to now if it is not set yet, in one conditional UPDATE; True if this
+        call set it. Replicas scanning at the same time each try, and only one migrates."""
+        _check_name(name)
+        async with self._transaction("claim_credentials", name) as session:
+            result = await session.execute(
+                update(Credentials)
+                .where(Credentials.name == name, Credentials.migrated_at.is_(None))
+                .values(migrated_at=_now())
+                .execution_options(synchronize_session=False))
+            return result.rowcount == 1
+
     # --- helpers ------------------------------------------------------------------------------
 
     @asynccontextmanager
@@ -593,6 +737,21 @@ def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
             if value is not None and limit is not None and len(value) > limit:
                 raise StoreError(f"{key} is {len(value)} characters long; the most is {limit}")
     return values
+
+
+def _check_credentials(kind: object, body: object) -> dict[str, Any]:
+    """Validate a definition's type (`kind`) and body before any SQL; the values to store."""
+    if not isinstance(kind, str) or not kind:
+        raise StoreError(f"a definition's type must be a non-empty string, got {kind!r}")
+    if len(kind) > LENGTHS["type"]:
+        raise StoreError(f"type is {len(kind)} characters long; the most is {LENGTHS['type']}")
+    if not isinstance(body, Mapping):
+        raise StoreError(f"a definition's body must be a mapping, got {type(body).__name__}")
+    try:
+        copied = json.loads(json.dumps(dict(body), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"a definition's body must be JSON: {exc}") from None
+    return {"type": kind, "body": copied}
 
 
 def _now() -> datetime:

@@ -1,0 +1,117 @@
+"""Time from `PATCH /armory/accounts` (state ACTIVE) to the accounts being ACTIVE, for 1 and for N at once.
+
+kubesim (its own process, several simulated clusters), a hub (TLS gRPC, SQLite) and an agent with
+no accounts of its own, all started as a user does. Each round creates the accounts (POST, stored
+INACTIVE), then PATCHes them to ACTIVE in one request and polls `GET /armory/accounts` every 10 ms
+until every one is ACTIVE; the accounts are deleted before the next round. An account is ACTIVE
+once the agent has listed every kind it may read in its cluster (its first snapshot), so the time
+includes the hub resolving and encrypting the kubeconfig, the AddAccounts round trip, the agent
+connecting to the API server, discovery, access reviews and the initial lists.
+
+    .venv/bin/python bench/accounts_activation.py --accounts 1 100 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import machine, median  # noqa: E402
+from processes import Agent, Hub, Proc, make_pki  # noqa: E402
+
+
+def call(url: str, method: str, body: object) -> tuple[int, object]:
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, json.loads(r.read())
+
+
+def one_round(hub: Hub, kubeconfigs: list[Path], n: int, kinds: list[str], tag: str) -> tuple[float, float, list[float]]:
+    """(PATCH answer time, time until all ACTIVE, per-account times), in seconds."""
+    names = [f"bench-{tag}-{i}" for i in range(n)]
+    accounts = [{"name": name, "kubeconfigFile": str(kubeconfigs[i % len(kubeconfigs)]),
+                 **({"kinds": kinds} if kinds else {})} for i, name in enumerate(names)]
+    call(hub.url + "/armory/accounts", "POST", accounts)
+    start = time.monotonic()
+    status, _ = call(hub.url + "/armory/accounts", "PATCH", [{"name": name, "state": "ACTIVE"} for name in names])
+    answered = time.monotonic() - start
+    assert status == 202, status
+    active: dict[str, float] = {}
+    while len(active) < n:
+        for a in hub.get("/armory/accounts"):  # type: ignore[union-attr]
+            if a["name"] in names and a["name"] not in active:
+                if a["state"] == "ACTIVE":
+                    active[a["name"]] = time.monotonic() - start
+                elif a["state"] == "FAILED":
+                    raise RuntimeError(f"{a['name']} FAILED: {a.get('errorMessage')}")
+        if time.monotonic() - start > 600:
+            raise RuntimeError(f"only {len(active)} of {n} ACTIVE after 600 s")
+        time.sleep(0.01)
+    total = max(active.values())
+    call(hub.url + "/armory/accounts", "DELETE", names)
+    return answered, total, sorted(active.values())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--accounts", type=int, nargs="+", default=[1, 100], help="accounts per round (default 1 100)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--clusters", type=int, default=3, help="simulated clusters the accounts are spread over")
+    p.add_argument("--kinds", nargs="*", default=[], help="restrict each account to these kinds (default: all)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        kubesim = Proc(["kubesim", "--clusters", str(args.clusters), "--kubeconfig-dir", str(tmp / "kube")])
+        pki = make_pki(tmp / "pki")
+        hub = agent = None
+        try:
+            _wait_file(tmp / "kube" / f"kubesim-{args.clusters - 1}-limited.yaml")
+            hub = Hub(tmp, pki)
+            agent = Agent(tmp, hub, pki, [])
+            _wait_agent(hub)
+            kubeconfigs = [tmp / "kube" / f"kubesim-{i}.yaml" for i in range(args.clusters)]
+            scope = f"kinds {', '.join(args.kinds)}" if args.kinds else "every kind"
+            print(f"accounts activation: PATCH -> ACTIVE over {args.clusters} kubesim clusters, {scope}, "
+                  f"median of {args.rounds} rounds ({machine()})")
+            for n in args.accounts:
+                rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}") for r in range(args.rounds)]
+                totals = [r[1] for r in rounds]
+                answers = [r[0] for r in rounds]
+                firsts = [r[2][0] for r in rounds]
+                medians = [median(r[2]) for r in rounds]
+                print(f"  {n:4d} account(s): all ACTIVE {median(totals):6.2f} s (rounds: "
+                      f"{', '.join(f'{t:.2f}' for t in totals)}); first ACTIVE {median(firsts):.2f} s, "
+                      f"median account {median(medians):.2f} s; PATCH answered in {median(answers) * 1000:.0f} ms")
+        finally:
+            for proc in (agent, hub, kubesim):
+                if proc is not None:
+                    proc.stop()
+
+
+def _wait_file(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"kubesim wrote no {path.name}")
+        time.sleep(0.05)
+
+
+def _wait_agent(hub: Hub, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not hub.get("/armory/agents"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the agent did not connect")
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()

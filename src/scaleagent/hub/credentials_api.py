@@ -1,0 +1,179 @@
+"""Clouddriver's Account Management API, with Clouddriver's paths and bodies:
+
+    GET    /credentials?expand=true|false            list (without expand: a summary of each)  200
+    GET    /credentials/type/{type}?limit=&startingAccountName=
+                                                     definitions of a type, by name            200
+    GET    /credentials/{accountName}                one definition                            200
+    POST   /credentials                              create (one definition, with "type")      200
+    PUT    /credentials                              replace                                   200
+    DELETE /credentials/{accountName}                delete                                    200
+
+POST and PUT answer the definition, as Clouddriver does (200, not 201: tools written against
+Clouddriver expect its answers). What the requests do besides storing definitions depends on
+`dynamicAccounts.interceptor.enabled`: see hub/credentials.py. Errors have the hub's shape,
+`{"error": "...", "status": N}`, as on `/armory/accounts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from .account_models import InvalidRequest
+from .accounts import Conflict, UnknownAccounts
+from .accounts_api import MAX_BODY_BYTES
+from .credentials import KUBERNETES, CredentialsService, definition_view, summary_view
+from .states import TransitionError
+from .store import StoreError
+
+__all__ = ["credentials_router"]
+
+DEFAULT_LIMIT = 100
+"""Clouddriver's default page size for `GET /credentials/type/{type}`."""
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="What was wrong, naming the account and field")
+    status: int
+    problems: list[str] | None = Field(None, description="Every problem found, when there are several")
+
+
+class CredentialsDeleted(BaseModel):
+    deleted: list[str] = Field(description="The account deleted")
+    dynamicAccount: bool = Field(description="Whether a dynamic account was deleted too (interceptor on)")
+    warnings: list[str] = Field(description="Agents that did not confirm they stopped following the account")
+
+
+_DEFINITION_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "required": ["type", "name"],
+    "description": "A Clouddriver Kubernetes account definition (KubernetesAccountProperties.ManagedAccount); only "
+                   "type 'kubernetes' is accepted, and kubeconfigContents is refused (use kubeconfigFile with an "
+                   "encryptedFile: reference)",
+    "example": {"type": "kubernetes", "name": "prod-east",
+                "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker",
+                "namespaces": ["web"], "onlySpinnakerManaged": True}}}}}}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
+    404: {"model": ErrorBody, "description": "No such account; nothing was changed"},
+    409: {"model": ErrorBody, "description": "The name exists, or the account is in the middle of a migration"},
+    503: {"model": ErrorBody, "description": "The database failed"},
+}
+
+
+def _error(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message, "status": status}
+    if problems and len(problems) > 1:
+        body["problems"] = problems
+    return JSONResponse(body, status_code=status)
+
+
+async def _answer(work: Callable[[], Awaitable[Any]]) -> Response:
+    """Run the request and answer 200 with its JSON result, or the error it raised."""
+    try:
+        result = await work()
+    except InvalidRequest as e:
+        return _error(400, str(e), e.problems)
+    except UnknownAccounts as e:
+        return _error(404, str(e))
+    except Conflict as e:
+        return _error(409, str(e), [str(t) for t in e.transitions])
+    except TransitionError as e:
+        return _error(409, str(e))
+    except StoreError as e:
+        return _error(503, f"the accounts database failed: {e}")
+    return Response(orjson.dumps(result), status_code=200, media_type="application/json")
+
+
+async def _object(request: Request) -> Any:
+    """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise InvalidRequest(f"the body is {len(raw)} bytes; the most is {MAX_BODY_BYTES}")
+    if not raw.strip():
+        raise InvalidRequest("the body is empty: send one account definition, a JSON object with its \"type\"")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+
+
+def _flag(name: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise InvalidRequest(f"{name}: expected true or false, got {value[:40]!r}")
+
+
+def _count(name: str, value: str | None, default: int) -> int:
+    if value is None:
+        return default
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise InvalidRequest(f"{name}: expected a whole number of at least 1, got {value[:40]!r}")
+    return int(value)
+
+
+def credentials_router(service: CredentialsService) -> APIRouter:
+    """The Account Management routes, to `include_router` into the hub's app."""
+    router = APIRouter(tags=["account management (Clouddriver)"], responses=_ERRORS)
+
+    @router.get("/credentials", summary="List stored account definitions",
+                description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
+                            "accountType, requiredGroupMembership, permissions. With `expand=true`, whole.")
+    async def list_all(
+        expand: Annotated[str | None, Query(description="true: whole definitions")] = None,
+    ) -> Response:
+        async def work() -> list[dict[str, Any]]:
+            view = definition_view if _flag("expand", expand) else summary_view
+            return [view(row) for row in await service.list_definitions()]
+        return await _answer(work)
+
+    @router.get("/credentials/type/{accountType}", summary="Definitions of one type, by name, a page at a time")
+    async def list_type(
+        accountType: str,  # noqa: N803 - Clouddriver's name
+        limit: Annotated[str | None, Query(description=f"At most this many (default {DEFAULT_LIMIT})")] = None,
+        startingAccountName: Annotated[str | None, Query(description="From this name on (inclusive)")] = None,  # noqa: N803
+    ) -> Response:
+        async def work() -> list[dict[str, Any]]:
+            rows = await service.list_definitions(type=accountType, start=startingAccountName,
+                                                  limit=_count("limit", limit, DEFAULT_LIMIT))
+            return [definition_view(row) for row in rows]
+        return await _answer(work)
+
+    @router.get("/credentials/{accountName}", summary="One stored account definition")
+    async def get_one(accountName: str) -> Response:  # noqa: N803
+        async def work() -> dict[str, Any]:
+            return definition_view(await service.get(accountName))
+        return await _answer(work)
+
+    @router.post("/credentials", summary="Create an account (with the interceptor on: a dynamic account, migrated)",
+                 openapi_extra=_DEFINITION_BODY,
+                 description=f"One definition; only type {KUBERNETES!r}. Answers the definition as stored.")
+    async def create(request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            return definition_view(await service.create(await _object(request)))
+        return await _answer(work)
+
+    @router.put("/credentials", summary="Replace an account (with the interceptor on: its dynamic account too)",
+                openapi_extra=_DEFINITION_BODY,
+                description="The whole definition: settings it leaves out are cleared. With the interceptor on, "
+                            "a dynamic account by that name is changed and its agents sent the new settings.")
+    async def update(request: Request) -> Response:
+        async def work() -> dict[str, Any]:
+            return definition_view(await service.update(await _object(request)))
+        return await _answer(work)
+
+    @router.delete("/credentials/{accountName}", response_model=CredentialsDeleted,
+                   summary="Delete an account (with the interceptor on: its dynamic account too, agents told first)")
+    async def delete_one(accountName: str) -> Response:  # noqa: N803
+        async def work() -> dict[str, Any]:
+            deleted, warnings, dynamic = await service.delete(accountName)
+            return {"deleted": deleted, "dynamicAccount": dynamic, "warnings": warnings}
+        return await _answer(work)
+
+    return router
