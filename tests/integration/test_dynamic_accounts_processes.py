@@ -153,3 +153,37 @@ async def test_an_intercepted_account_management_request_becomes_an_active_accou
         if agent is not None:
             agent.stop()
         hub.stop()
+
+
+async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_max_retries(db_url, kubesim,
+                                                                                          tmp_path):
+    from helpers import free_port
+
+    unreachable = yaml.safe_load(kubesim.admin(0).read_text())
+    unreachable["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    write_yaml(tmp_path / "closed.yaml", unreachable)
+    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
+        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
+        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 0.2,
+                            "maxRetries": 2}}))
+    agent = None
+    try:
+        agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
+            "server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
+            print_events=False)
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        port = int(hub.url.rsplit(":", 1)[1])
+        assert (await _call(port, "POST", [{"name": "down", "kubeconfigFile": str(tmp_path / "closed.yaml")}]))[0] == 201
+        assert (await _call(port, "PATCH", [{"name": "down", "state": "ACTIVE"}]))[0] == 202
+        hub.wait_log(r"account down FAILED \(failure 3\): .*no retries left", what="the last failure")
+        row = hub.json("/agents/kubernetes/accounts/down")
+        assert row["state"] == "FAILED" and row["failedCount"] == 3 and "connect" in row["errorMessage"].lower()
+        assert len([line for line in hub.log if "account down: retrying" in line]) == 2
+        # A manual PATCH to ACTIVE starts over.
+        assert (await _call(port, "PATCH", [{"name": "down", "state": "ACTIVE"}]))[0] == 202
+        hub.wait_until("/agents/kubernetes/accounts/down", lambda d: d["failedCount"] in (0, 1)
+                       and d["state"] in ("TO_MIGRATE", "ACTIVATING", "FAILED"), what="the count reset")
+    finally:
+        if agent is not None:
+            agent.stop()
+        hub.stop()

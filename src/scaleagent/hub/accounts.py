@@ -730,7 +730,11 @@ class AccountsService:
         if row is None or row.state not in from_states:
             return
         if await self._move(name, [row.state], S.FAILED, error_message=reason, failed_count=row.failed_count + 1):
-            log.warning("account %s FAILED (failure %d): %s", name, row.failed_count + 1, reason)
+            failures = row.failed_count + 1
+            left = "" if failures <= self.config.max_retries else (
+                f"; no retries left (dynamicAccounts.maxRetries is {self.config.max_retries}): "
+                "PATCH it to ACTIVE to start over")
+            log.warning("account %s FAILED (failure %d): %s%s", name, failures, reason, left)
 
     async def _store_quietly(self, name: str, expect: list[str], **fields: Any) -> None:
         """Record fields without a state change, if the account is still in `expect`."""
