@@ -76,7 +76,7 @@ async def test_the_seeds_requests_bring_accounts_to_active_with_their_objects_ca
         assert one["kubeHost"] == kubesim.urls[1]
         # Their objects are in the cache: account-02 through the Secret's kubeconfig (cluster 1),
         # account-01 through the agent's own service account (cluster 0's limited identity).
-        assert hub.objects("account-02", "?kind=Namespace")
+        assert hub.objects("account-02", "?kind=Namespace")  # ACTIVE is said after the snapshot's last batch
         info = hub.json("/api/v1/accounts/account-01")
         assert info["agentState"] == "watching" and info["apiHost"] == kubesim.urls[0] and info["objects"] > 0
         assert {a["name"] for a in agent.health()["accounts"]} == {"account-01", "account-02"}

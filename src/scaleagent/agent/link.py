@@ -98,7 +98,11 @@ class HubLink:
         self._epoch = 0
         self._connected = asyncio.Event()
         self._queue: asyncio.Queue[tuple[int, list[ObjectEvent]]] = asyncio.Queue(settings.queue_batches)
-        self._described: dict[str, AccountDescription] = {}
+        # name -> (latest description, how many queue items preceded it)
+        self._described: dict[str, tuple[AccountDescription, int]] = {}
+        self._enqueued = 0  # queue items put, ever
+        self._taken = 0  # queue items taken by the writer (written, or dropped as stale)
+        self._written = 0  # items up to this position are on the wire (or were dropped)
         # Answers and AccountRemoved messages of the current connection, in the order they happened.
         self._control: collections.deque[pb.CachingMessage] = collections.deque()
         self._task: asyncio.Task[None] | None = None
@@ -111,19 +115,25 @@ class HubLink:
             await self._connected.wait()
             epoch = self._epoch
             await self._queue.put((epoch, events))
+            self._enqueued += 1  # in the same step as the put: the count is the item's position
             if epoch == self._epoch:
                 return
             # The connection changed while we waited for room: this account will be resynced.
 
     def describe(self, account: AccountDescription) -> None:
-        """Sent before the next batch, so the hub knows an account before its events arrive."""
-        self._described[account.name] = account
+        """Sent once every event queued before it is written, and before any queued after it.
+
+        So the hub knows an account before its first events, and hears "watching" only after
+        the snapshot that made it so (its SNAPSHOT_END was queued first).
+        """
+        self._described[account.name] = (account, self._enqueued)
         self._wake_writer()
 
     def _wake_writer(self) -> None:
         """Make the writer run even when no event follows (a full queue means it is running anyway)."""
         if self._connected.is_set() and not self._queue.full():
             self._queue.put_nowait((self._epoch, []))
+            self._enqueued += 1
 
     def _send_control(self, message: pb.CachingMessage) -> None:
         self._control.append(message)
@@ -243,12 +253,15 @@ class HubLink:
     def _drain_stale(self) -> None:
         while not self._queue.empty():
             self._queue.get_nowait()
+            self._taken += 1
+        self._written = self._taken
 
     async def _next_batch(self) -> list[ObjectEvent]:
         """Events of the current epoch, coalesced up to `batch_events` or `linger_seconds`."""
         s = self.settings
         while True:
             epoch, events = await self._queue.get()
+            self._taken += 1
             if epoch == self._epoch:
                 break
         batch = list(events)
@@ -264,6 +277,7 @@ class HubLink:
                     epoch, events = await asyncio.wait_for(self._queue.get(), remaining)
                 except asyncio.TimeoutError:
                     break
+            self._taken += 1
             if epoch == self._epoch:
                 batch.extend(events)
         return batch
@@ -273,12 +287,14 @@ class HubLink:
         while True:
             batch = await self._next_batch()
             await self._flush_control(call)
-            await self._flush_descriptions(call)
+            await self._flush_descriptions(call)  # those made before any of this batch was queued
             for chunk in self._split(batch):
                 await window.acquire()
                 sequence += 1
                 await call.write(pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk)))
                 self.events_sent += len(chunk)
+            self._written = self._taken
+            await self._flush_descriptions(call)  # and those that waited for this batch
 
     async def _flush_control(self, call: grpc.aio.StreamStreamCall) -> None:
         """Answers first: the hub learns that an account was accepted before it hears it described."""
@@ -286,9 +302,11 @@ class HubLink:
             await call.write(self._control.popleft())
 
     async def _flush_descriptions(self, call: grpc.aio.StreamStreamCall) -> None:
-        while self._described:
-            name = next(iter(self._described))
-            await call.write(pb.CachingMessage(account=_account_message(self._described.pop(name))))
+        """The descriptions whose preceding events are all written (or dropped with their connection)."""
+        ready = [name for name, (_, after) in self._described.items() if after <= self._written]
+        for name in ready:
+            description, _ = self._described.pop(name)
+            await call.write(pb.CachingMessage(account=_account_message(description)))
 
     def _split(self, batch: Sequence[ObjectEvent]) -> list[list[pb.Event]]:
         """Protocol events in chunks that stay below the hub's message size limit."""
