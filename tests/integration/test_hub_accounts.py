@@ -729,3 +729,36 @@ async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
         await hub.stop()
     code, _, err = await cli(hub, "list")
     assert code == 1 and err.startswith(f"scale-agent accounts: cannot reach the hub at {hub.url}: ")
+
+
+async def test_an_agent_that_takes_an_account_and_leaves_at_once_fails_it(hub: Hub) -> None:
+    agent = hub.agent("agent-a", "z1", default="silent")
+    answer = agent._answer
+
+    def answer_then_leave(request_id: str, answers: list[pb.AccountAnswer], reports: list) -> None:
+        answer(request_id, answers, reports)
+        agent.disconnect()
+
+    agent._answer = answer_then_leave  # type: ignore[method-assign]
+    await hub.call("POST", "/armory/accounts", [{"name": "acc", "zoneId": "z1"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "acc", "state": "ACTIVE"}])
+    row = await hub.state("acc", "FAILED")
+    assert "disconnected right after taking the account" in (row.error_message or "")
+
+
+async def test_an_account_deleted_while_its_agent_was_away_is_stopped_when_it_returns(hub: Hub) -> None:
+    agent = hub.agent("agent-a", "z1")
+    await hub.call("POST", "/armory/accounts", [{"name": "acc", "zoneId": "z1"}])
+    await hub.call("PATCH", "/armory/accounts", [{"name": "acc", "state": "ACTIVE"}])
+    await hub.state("acc", "ACTIVE")
+    agent.disconnect()
+    status, answer = await hub.call("DELETE", "/armory/accounts/acc")
+    assert status == 200 and answer["deleted"] == ["acc"] and "told to stop" in answer["warnings"][0]
+    back = hub.agent("agent-a", "z1")
+    back.describe("acc", "watching")  # what it still follows, as its hello says
+    await hub.service.wait_for(lambda: _true_if(back.deleted == ["acc"]), WAIT)
+    assert (await hub.call("GET", "/armory/accounts/acc"))[0] == 404
+
+
+async def _true_if(value: bool) -> bool:
+    return value

@@ -116,6 +116,9 @@ class AccountsService:
         self.resolver = resolver
         self._locks: dict[str, asyncio.Lock] = {}
         self._sent: dict[str, _Sent] = {}
+        # Deleted through the API while an agent may still follow them (it was away): told to stop
+        # when it describes them. Forgotten when an account of that name is created again.
+        self._deleted: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._retry_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -178,6 +181,7 @@ class AccountsService:
                             "configured in an agent's own file)")
             raise Conflict(message) from None
         self.registry.managed.update(rows)
+        self._deleted.difference_update(rows)
         log.info("dynamic accounts created: %s", ", ".join(rows))
         self._notify()
         return created
@@ -306,6 +310,12 @@ class AccountsService:
             # While an agent still describes it, the registry must keep treating it as managed.
             if name not in self.registry.accounts:
                 self.registry.managed.discard(name)
+            else:
+                self._deleted.add(name)
+                record = self.registry.accounts[name]
+                if record.state != "ACTIVE" or not record.sessions:
+                    warnings.append(f"account {name!r}: its agent is not connected; it is told to stop following "
+                                    "the account when it comes back")
         for warning in warnings:
             log.warning("%s", warning)
         log.info("dynamic accounts deleted: %s", ", ".join(deleted))
@@ -444,8 +454,12 @@ class AccountsService:
         """Note which accounts `session` took (they now wait for its report) and why it refused
         the others; returns the names taken."""
         taken = []
+        live = self.registry.sessions.get(session.id) is session
         for name, (accepted, reason) in result.items():
             sent = self._sent.get(name)
+            if accepted and not live:
+                # It left after answering: no report will ever come from it.
+                accepted, reason = False, f"disconnected right after taking the account ({reason or 'accepted'})"
             if accepted and sent is not None:
                 sent.sessions.add(session.id)
                 taken.append(name)
@@ -542,6 +556,14 @@ class AccountsService:
         migration once every agent it was sent to has failed or left."""
         async with self._locked([name]):
             row = await self.store.get_account(name)
+            if row is None and name in self._deleted:
+                # Deleted while this agent was away: it still follows the account, and must stop.
+                if agent_state != "stopped":
+                    failures = await self._delete_on({name: [session]})
+                    if failures:
+                        log.warning("account %s was deleted but agent %s still follows it and did not stop: %s",
+                                    name, session.agent_id, failures[name])
+                return
             if row is None or row.source != SOURCE:
                 return
             sent = self._sent.get(name)
@@ -634,7 +656,13 @@ class AccountsService:
                 try:
                     specs.append(await self._stored_spec(row))
                 except (DecryptionError, EncryptionKeyError) as e:
-                    await self._store_quietly(row.name, [row.state], error_message=f"cannot be sent again: {e}")
+                    if row.kubeconfig_file and await self._move(row.name, [row.state], S.TO_MIGRATE,
+                                                                error_message=f"cannot be sent again: {e}"):
+                        # The snapshot is unreadable (a key rotated or lost): resolve the reference afresh.
+                        log.warning("account %s: stored kubeconfig unreadable (%s); migrating it again", row.name, e)
+                        self._spawn(self._migrate([row.name]), "migrate again")
+                    else:
+                        await self._store_quietly(row.name, [row.state], error_message=f"cannot be sent again: {e}")
             if not specs:
                 return False
             for spec in specs:
