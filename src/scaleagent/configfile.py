@@ -549,6 +549,13 @@ def _kind_of(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def secret_text(value: Any) -> Any:
+    """A `mode="before"` check for SecretStr settings: a string, or an error that never shows the value."""
+    if isinstance(value, SecretStr | str):
+        return value
+    raise invalid(f"expected a string, got {describe(value, secret=True)}")
+
+
 def describe(value: Any, *, secret: bool = False) -> str:
     """'a string ('abc')', 'an integer (5)', 'a list', 'null'... (never the value when secret),
     so that a message shows what was found without dumping a whole section."""

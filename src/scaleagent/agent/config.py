@@ -49,6 +49,7 @@ from ..configfile import (
     describe,
     invalid,
     is_host,
+    secret_text,
     split_host_port,
     to_path,
 )
@@ -347,9 +348,7 @@ class AuthConfig(ConfigModel):
     @field_validator("token", mode="before")
     @classmethod
     def _token(cls, value: Any) -> Any:
-        if isinstance(value, SecretStr | str):
-            return value
-        raise invalid(f"expected a string, got {describe(value, secret=True)}")
+        return secret_text(value)
 
 
 class ClouddriverConfig(ConfigModel):

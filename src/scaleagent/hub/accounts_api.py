@@ -66,7 +66,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
+def error_response(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
+    """The hub's error shape, with every problem listed when there are several."""
     body: dict[str, Any] = {"error": message, "status": status}
     if problems and len(problems) > 1:
         body["problems"] = problems
@@ -78,15 +79,15 @@ async def _answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     try:
         result = await work()
     except InvalidRequest as e:
-        return _error(400, str(e), e.problems)
+        return error_response(400, str(e), e.problems)
     except UnknownAccounts as e:
-        return _error(404, str(e))
+        return error_response(404, str(e))
     except Conflict as e:
-        return _error(409, str(e), [str(t) for t in e.transitions])
+        return error_response(409, str(e), [str(t) for t in e.transitions])
     except TransitionError as e:
-        return _error(409, str(e))
+        return error_response(409, str(e))
     except StoreError as e:
-        return _error(503, f"the accounts database failed: {e}")
+        return error_response(503, f"the accounts database failed: {e}")
     return Response(orjson.dumps(result), status_code=status, media_type="application/json")
 
 

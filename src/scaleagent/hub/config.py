@@ -34,7 +34,16 @@ from pydantic import (
     model_validator,
 )
 
-from ..configfile import ConfigError, ConfigFormat, ConfigModel, check_readable_file, describe, invalid, is_host, to_path
+from ..configfile import (
+    ConfigError,
+    ConfigFormat,
+    ConfigModel,
+    check_readable_file,
+    invalid,
+    is_host,
+    secret_text,
+    to_path,
+)
 from .secrets_box import EncryptionKeyError, parse_keys
 
 __all__ = [
@@ -159,9 +168,7 @@ class AuthConfig(ConfigModel):
     @field_validator("token", mode="before")
     @classmethod
     def _type(cls, value: Any) -> Any:
-        if isinstance(value, SecretStr | str):
-            return value
-        raise invalid(f"expected a string, got {describe(value, secret=True)}")
+        return secret_text(value)
 
     @field_validator("token")
     @classmethod
@@ -266,9 +273,7 @@ class DynamicAccountsConfig(ConfigModel):
     @field_validator("encryption_key", mode="before")
     @classmethod
     def _key_type(cls, value: Any) -> Any:
-        if isinstance(value, SecretStr | str):
-            return value
-        raise invalid(f"expected a string, got {describe(value, secret=True)}")
+        return secret_text(value)
 
     @field_validator("encryption_key")
     @classmethod

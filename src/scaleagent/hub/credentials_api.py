@@ -21,12 +21,12 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .account_models import InvalidRequest
 from .accounts import Conflict, UnknownAccounts
-from .accounts_api import MAX_BODY_BYTES
+from .accounts_api import MAX_BODY_BYTES, error_response
 from .credentials import KUBERNETES, CredentialsService, definition_view, summary_view
 from .states import TransitionError
 from .store import StoreError
@@ -65,27 +65,20 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _error(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": message, "status": status}
-    if problems and len(problems) > 1:
-        body["problems"] = problems
-    return JSONResponse(body, status_code=status)
-
-
 async def _answer(work: Callable[[], Awaitable[Any]]) -> Response:
     """Run the request and answer 200 with its JSON result, or the error it raised."""
     try:
         result = await work()
     except InvalidRequest as e:
-        return _error(400, str(e), e.problems)
+        return error_response(400, str(e), e.problems)
     except UnknownAccounts as e:
-        return _error(404, str(e))
+        return error_response(404, str(e))
     except Conflict as e:
-        return _error(409, str(e), [str(t) for t in e.transitions])
+        return error_response(409, str(e), [str(t) for t in e.transitions])
     except TransitionError as e:
-        return _error(409, str(e))
+        return error_response(409, str(e))
     except StoreError as e:
-        return _error(503, f"the accounts database failed: {e}")
+        return error_response(503, f"the accounts database failed: {e}")
     return Response(orjson.dumps(result), status_code=200, media_type="application/json")
 
 
