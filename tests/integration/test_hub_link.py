@@ -333,3 +333,10 @@ def test_errors_have_one_shape(procs, tmp_path, pki):
     assert hub.get("/nope") == (404, {"error": "Not Found", "status": 404})
     status, doc = hub.get("/api/v1/accounts/none/objects")
     assert status == 404 and "not known" in doc["error"]
+
+
+def test_the_http_api_listens_on_its_own_address_when_given_one(procs, tmp_path, pki):
+    hub = start_hub(procs, tmp_path, pki, server={"host": "127.0.0.1", "httpHost": "127.0.0.2", "grpcPort": 0,
+                                                  "httpPort": 0})
+    assert hub.url.startswith("http://127.0.0.2:") and hub.grpc_target.startswith("127.0.0.1:")
+    assert hub.json("/ready") == {"ready": True}

@@ -351,3 +351,12 @@ def test_dynamic_accounts_from_the_environment():
                                             "SCALE_AGENT_HUB_KUBERNETES__NAMESPACE": "spinnaker"})
     assert config.dynamic_accounts.max_retries == 7 and config.dynamic_accounts.interceptor.enabled
     assert config.kubernetes.namespace == "spinnaker"
+
+
+def test_the_http_api_may_listen_apart_from_the_grpc_port():
+    from scaleagent.hub.config import HubConfig
+
+    both = HubConfig.model_validate({"server": {"host": "0.0.0.0"}}).server
+    assert both.http_address == "0.0.0.0"
+    apart = HubConfig.model_validate({"server": {"host": "0.0.0.0", "httpHost": "127.0.0.1"}}).server
+    assert (apart.host, apart.http_address) == ("0.0.0.0", "127.0.0.1")

@@ -95,13 +95,23 @@ class ServerConfig(ConfigModel):
     """Where the hub listens: gRPC for agents, HTTP for the REST API, health and metrics."""
 
     host: StrictStr = "127.0.0.1"
+    # The HTTP API's own address when it differs from `host`: accepting remote agents on gRPC
+    # need not expose every cluster's objects over HTTP too.
+    http_host: StrictStr | None = None
     grpc_port: StrictInt = Field(9091, ge=0, le=65535)
     http_port: StrictInt = Field(7002, ge=0, le=65535)
     replica_name: StrictStr = Field("", validate_default=True)
 
-    @field_validator("host")
+    @property
+    def http_address(self) -> str:
+        """Where the HTTP API listens: `httpHost`, or `host` when it is not set."""
+        return self.http_host or self.host
+
+    @field_validator("host", "http_host")
     @classmethod
-    def _host(cls, value: str) -> str:
+    def _host(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if not is_host(value):
             raise invalid(
                 f"{value!r} is not a host name or IP address "

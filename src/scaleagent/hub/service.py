@@ -65,7 +65,7 @@ class Hub:
 
     @property
     def http_url(self) -> str:
-        return f"http://{_url_host(self.config.server.host)}:{self.http_port}"
+        return f"http://{_url_host(self.config.server.http_address)}:{self.http_port}"
 
     @property
     def grpc_target(self) -> str:
@@ -125,11 +125,11 @@ class Hub:
 
     async def _start_http(self) -> None:
         c = self.config
-        family = socket.AF_INET6 if ":" in c.server.host else socket.AF_INET
+        family = socket.AF_INET6 if ":" in c.server.http_address else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((c.server.host, c.server.http_port))
+            sock.bind((c.server.http_address, c.server.http_port))
         except OSError:
             sock.close()
             raise
