@@ -74,7 +74,7 @@ def error_response(status: int, message: str, problems: list[str] | None = None)
     return JSONResponse(body, status_code=status)
 
 
-async def _answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
+async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     """Run the request and answer `status` with its JSON result, or the error it raised."""
     try:
         result = await work()
@@ -116,7 +116,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
         async def work() -> list[dict[str, Any]]:
             accounts = parse_accounts(await _json(request), AccountIn)
             return [account_view(row) for row in await service.create(accounts)]
-        return await _answer(201, work)
+        return await answer(201, work)
 
     @router.patch("/armory/accounts", status_code=202, response_model=list[AccountView],
                   summary="Migrate (state ACTIVE), deactivate (state INACTIVE) or change accounts",
@@ -128,7 +128,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
         async def work() -> list[dict[str, Any]]:
             changes = parse_accounts(await _json(request), AccountChange)
             return [account_view(row) for row in await service.patch(changes)]
-        return await _answer(202, work)
+        return await answer(202, work)
 
     @router.get("/armory/accounts", response_model=list[AccountView], summary="List dynamic accounts")
     async def list_accounts(
@@ -140,12 +140,12 @@ def accounts_router(service: AccountsService) -> APIRouter:
 
         async def work() -> list[dict[str, Any]]:
             return [account_view(row) for row in await service.list_accounts(states=states, zone_id=zoneId, name=name)]
-        return await _answer(200, work)
+        return await answer(200, work)
 
     async def one(name: str) -> Response:
         async def work() -> dict[str, Any]:
             return account_view(await service.get(name))
-        return await _answer(200, work)
+        return await answer(200, work)
 
     @router.get("/armory/accounts/{accountName}", response_model=AccountView, summary="One dynamic account")
     async def get_one(accountName: str) -> Response:  # noqa: N803
@@ -163,13 +163,13 @@ def accounts_router(service: AccountsService) -> APIRouter:
         async def work() -> dict[str, Any]:
             deleted, warnings = await service.delete(parse_names(await _json(request)))
             return {"deleted": deleted, "warnings": warnings}
-        return await _answer(200, work)
+        return await answer(200, work)
 
     @router.delete("/armory/accounts/{accountName}", response_model=DeleteResult, summary="Delete one account")
     async def delete_one(accountName: str) -> Response:  # noqa: N803
         async def work() -> dict[str, Any]:
             deleted, warnings = await service.delete(parse_names([accountName]))
             return {"deleted": deleted, "warnings": warnings}
-        return await _answer(200, work)
+        return await answer(200, work)
 
     return router

@@ -16,7 +16,6 @@ Clouddriver expect its answers). What the requests do besides storing definition
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import orjson
@@ -25,11 +24,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .account_models import InvalidRequest
-from .accounts import Conflict, UnknownAccounts
-from .accounts_api import MAX_BODY_BYTES, error_response
+from .accounts_api import MAX_BODY_BYTES, answer, error_response
 from .credentials import KUBERNETES, CredentialsService, definition_view, summary_view
-from .states import TransitionError
-from .store import StoreError
 
 __all__ = ["credentials_router"]
 
@@ -63,23 +59,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorBody, "description": "The name exists, or the account is in the middle of a migration"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
-
-
-async def _answer(work: Callable[[], Awaitable[Any]]) -> Response:
-    """Run the request and answer 200 with its JSON result, or the error it raised."""
-    try:
-        result = await work()
-    except InvalidRequest as e:
-        return error_response(400, str(e), e.problems)
-    except UnknownAccounts as e:
-        return error_response(404, str(e))
-    except Conflict as e:
-        return error_response(409, str(e), [str(t) for t in e.transitions])
-    except TransitionError as e:
-        return error_response(409, str(e))
-    except StoreError as e:
-        return error_response(503, f"the accounts database failed: {e}")
-    return Response(orjson.dumps(result), status_code=200, media_type="application/json")
 
 
 async def _object(request: Request) -> Any:
@@ -124,7 +103,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         async def work() -> list[dict[str, Any]]:
             view = definition_view if _flag("expand", expand) else summary_view
             return [view(row) for row in await service.list_definitions()]
-        return await _answer(work)
+        return await answer(200, work)
 
     @router.get("/credentials/type/{accountType}", summary="Definitions of one type, by name, a page at a time")
     async def list_type(
@@ -136,13 +115,13 @@ def credentials_router(service: CredentialsService) -> APIRouter:
             rows = await service.list_definitions(type=accountType, start=startingAccountName,
                                                   limit=_count("limit", limit, DEFAULT_LIMIT))
             return [definition_view(row) for row in rows]
-        return await _answer(work)
+        return await answer(200, work)
 
     @router.get("/credentials/{accountName}", summary="One stored account definition")
     async def get_one(accountName: str) -> Response:  # noqa: N803
         async def work() -> dict[str, Any]:
             return definition_view(await service.get(accountName))
-        return await _answer(work)
+        return await answer(200, work)
 
     @router.post("/credentials", summary="Create an account (with the interceptor on: a dynamic account, migrated)",
                  openapi_extra=_DEFINITION_BODY,
@@ -150,7 +129,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
     async def create(request: Request) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.create(await _object(request)))
-        return await _answer(work)
+        return await answer(200, work)
 
     @router.put("/credentials", summary="Replace an account (with the interceptor on: its dynamic account too)",
                 openapi_extra=_DEFINITION_BODY,
@@ -159,7 +138,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
     async def update(request: Request) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.update(await _object(request)))
-        return await _answer(work)
+        return await answer(200, work)
 
     @router.delete("/credentials/{accountName}", response_model=CredentialsDeleted,
                    summary="Delete an account (with the interceptor on: its dynamic account too, agents told first)")
@@ -167,6 +146,6 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         async def work() -> dict[str, Any]:
             deleted, warnings, dynamic = await service.delete(accountName)
             return {"deleted": deleted, "dynamicAccount": dynamic, "warnings": warnings}
-        return await _answer(work)
+        return await answer(200, work)
 
     return router
