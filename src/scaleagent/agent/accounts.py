@@ -23,6 +23,8 @@ from ..kube.concurrency import all_or_first_error
 from ..kube.credentials import CredentialsError, load_credentials
 from ..kube.discovery import KindInfo, discover, readable, select_kinds
 from ..kube.events import ObjectEvent
+from ..kube.operations import ClusterOperations
+from ..kube.resources import ResourceMap
 from ..kube.reflector import Backoff, Forbidden, Reflector
 from .budget import Budget
 from .config import ConfigError, dynamic_account
@@ -38,6 +40,10 @@ REQUEST_PARALLELISM = 2
 # Consecutive failed attempts after which a watch makes its account report an error.
 FAILING_AFTER = 3
 DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
+
+
+class AccountUnavailable(Exception):
+    """An operation names an account this agent does not follow, or cannot reach now."""
 
 
 @dataclass
@@ -87,6 +93,7 @@ class AccountRunner:
     unmatched: list[str] = field(default_factory=list)
     discovery_failures: dict[str, str] = field(default_factory=dict)
     _client: KubeClient | None = None
+    _operations: ClusterOperations | None = None
     _discovery_error: str = ""
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -136,6 +143,30 @@ class AccountRunner:
         ) if value}
         return AccountDescription(self.name, self.state, self.reason, self.host, self.fingerprint, self.version,
                                   properties, sorted({w.kind.qualified for w in self.watches.values()}))
+
+    def operations(self) -> ClusterOperations:
+        """The account's operations, on its current connection to the cluster.
+
+        Raises AccountUnavailable, saying why, while the account has no connection. The kinds
+        the account follows do not matter: operations reach whatever the credentials allow.
+        """
+        client = self._client
+        if client is None:
+            why = f"{self.state}: {self.reason}" if self.reason else self.state
+            raise AccountUnavailable(f"account {self.name!r} has no connection to its cluster ({why})")
+        if self._operations is None or self._operations.client is not client:
+            self._operations = ClusterOperations(client, ResourceMap(client))
+        return self._operations
+
+    def follows(self, group: str, kind: str, namespace: str) -> bool:
+        """Whether a change to such an object reaches the hub through this account's watches."""
+        for k, ns in self.watches:
+            if k.group == group and k.kind == kind:
+                if ns is None:
+                    return namespace not in self.config.omit_namespaces
+                if ns == namespace:
+                    return True
+        return False
 
     def set_rejected(self, reason: str) -> None:
         self._set(ERROR, f"rejected by the hub: {reason}")
@@ -421,6 +452,13 @@ class AccountManager:
     async def stop(self) -> None:
         await asyncio.gather(*(r.stop() for r in self.runners.values()))
         self.runners.clear()
+
+    def runner(self, name: str) -> AccountRunner:
+        """The account an operation names; AccountUnavailable if this agent does not follow it."""
+        runner = self.runners.get(name)
+        if runner is None:
+            raise AccountUnavailable(f"this agent does not follow account {name!r}")
+        return runner
 
     def descriptions(self) -> list[AccountDescription]:
         return [r.description() for r in self.runners.values()]

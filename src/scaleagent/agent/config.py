@@ -289,6 +289,12 @@ class TasksConfig(ConfigModel):
     budget_per_account: StrictInt = Field(8, ge=0)
 
 
+class OperationsConfig(ConfigModel):
+    """How the agent runs the hub's operations (deploy, delete, scale...)."""
+
+    max_concurrent: StrictInt = Field(16, ge=1, le=1024)
+
+
 class ServerConfig(ConfigModel):
     """The local health/metrics endpoint."""
 
@@ -396,6 +402,7 @@ class AgentConfig(ConfigModel):
     zone_id: StrictStr | None = None
     dynamic_accounts_enabled: StrictBool = True
     tasks: TasksConfig = Field(default_factory=TasksConfig)
+    operations: OperationsConfig = Field(default_factory=OperationsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     clouddriver: ClouddriverConfig = Field(default_factory=ClouddriverConfig)
 

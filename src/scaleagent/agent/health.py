@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .accounts import WATCHING, AccountManager
 from .budget import Budget
+from .executor import OperationExecutor
 from .link import HubLink
 
 STATES = ("connecting", "syncing", "watching", "error")
@@ -54,7 +55,8 @@ class _Collector:
                                       value=self.link.batches_acked)
 
 
-def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = None) -> web.Application:
+def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = None,
+               executor: OperationExecutor | None = None) -> web.Application:
     registry = CollectorRegistry()
     registry.register(_Collector(manager, budget, link))
 
@@ -64,6 +66,8 @@ def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = N
             doc["hub"] = link.health()
             if link.state != "connected":
                 doc["status"] = "degraded"
+        if executor is not None:
+            doc["operations"] = executor.health()
         return web.Response(body=orjson.dumps(doc, option=orjson.OPT_INDENT_2),
                             content_type="application/json")
 

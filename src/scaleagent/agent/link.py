@@ -57,6 +57,12 @@ class Accounts(Protocol):
     async def delete_dynamic(self, names: Sequence[str]) -> list[AccountAnswer]: ...
 
 
+class Operations(Protocol):
+    """What the link needs from the operation executor (executor.py)."""
+
+    async def serve(self, call: grpc.aio.StreamStreamCall) -> None: ...
+
+
 @dataclass
 class LinkSettings:
     target: str
@@ -87,6 +93,7 @@ class HubLink:
     def __init__(self, settings: LinkSettings) -> None:
         self.settings = settings
         self.accounts: Accounts | None = None
+        self.operations: Operations | None = None
         self.state = "connecting"
         self.reason = ""
         self.session_id = ""
@@ -141,8 +148,9 @@ class HubLink:
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    def start(self, accounts: Accounts) -> None:
+    def start(self, accounts: Accounts, operations: Operations | None = None) -> None:
         self.accounts = accounts
+        self.operations = operations
         self._task = asyncio.get_running_loop().create_task(self._run(), name="hub link")
 
     async def stop(self) -> None:
@@ -232,7 +240,8 @@ class HubLink:
             tasks = [
                 asyncio.create_task(self._write(caching, window), name="hub link writer"),
                 asyncio.create_task(self._read(caching, window), name="hub link reader"),
-                asyncio.create_task(_answer_operations(operations), name="hub link operations"),
+                asyncio.create_task(self.operations.serve(operations) if self.operations is not None
+                                    else _refuse_operations(operations), name="hub link operations"),
             ]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -388,15 +397,15 @@ class HubLink:
             answers=[pb.AccountAnswer(name=a.name, accepted=a.accepted, reason=a.reason) for a in answers])))
 
 
-async def _answer_operations(call: grpc.aio.StreamStreamCall) -> None:
-    """Operations are not executed yet (a later issue): each is answered with a clear refusal."""
+async def _refuse_operations(call: grpc.aio.StreamStreamCall) -> None:
+    """A link started without an executor (tests of the link alone) refuses every operation."""
     while True:
         op = await call.read()
         if op is grpc.aio.EOF:
             return
         await call.write(pb.OperationsMessage(result=pb.OperationResult(
             id=op.id, ok=False, error=pb.Status(code=501, reason="NotImplemented",
-                                                message="this agent does not execute operations yet"))))
+                                                message="this agent runs no operations"))))
 
 
 def _account_message(d: AccountDescription) -> pb.Account:

@@ -9,6 +9,7 @@ from aiohttp import web
 from .accounts import AccountManager, EngineSettings
 from .budget import Budget
 from .config import AgentConfig
+from .executor import OperationExecutor
 from .health import health_app
 from .link import HubLink, LinkSettings, default_agent_id
 from .memory import Releaser
@@ -28,12 +29,13 @@ class Agent:
         self.sink = sink
         self.accounts = AccountManager(self.settings, sink, self.budget,
                                        dynamic_enabled=config.dynamic_accounts_enabled)
+        self.executor = OperationExecutor(self.accounts, config.operations.max_concurrent)
         self._runner: web.AppRunner | None = None
         self.health_url = ""
 
     async def start(self) -> None:
         link = self.sink if isinstance(self.sink, HubLink) else None
-        self._runner = web.AppRunner(health_app(self.accounts, self.budget, link), access_log=None)
+        self._runner = web.AppRunner(health_app(self.accounts, self.budget, link, self.executor), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.server.host, self.config.server.port)
         await site.start()
@@ -41,7 +43,7 @@ class Agent:
         self.health_url = f"http://{host}:{port}"
         self.releaser.start()
         if isinstance(self.sink, HubLink):
-            self.sink.start(self.accounts)
+            self.sink.start(self.accounts, self.executor)
         for account in self.config.kubernetes.accounts:
             self.accounts.add(account)
         log.info("agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts),

@@ -236,16 +236,36 @@ class Operation(_message.Message):
     def __init__(self, id: _Optional[str] = ..., account: _Optional[str] = ..., type: _Optional[str] = ..., request: _Optional[bytes] = ..., deadline_unix_ms: _Optional[int] = ...) -> None: ...
 
 class OperationResult(_message.Message):
-    __slots__ = ("id", "ok", "objects", "error")
+    __slots__ = ("id", "ok", "objects", "error", "output", "expect")
     ID_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_FIELD_NUMBER: _ClassVar[int]
     id: str
     ok: bool
     objects: bytes
     error: Status
-    def __init__(self, id: _Optional[str] = ..., ok: _Optional[bool] = ..., objects: _Optional[bytes] = ..., error: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+    output: bytes
+    expect: _containers.RepeatedCompositeFieldContainer[CacheExpectation]
+    def __init__(self, id: _Optional[str] = ..., ok: _Optional[bool] = ..., objects: _Optional[bytes] = ..., error: _Optional[_Union[Status, _Mapping]] = ..., output: _Optional[bytes] = ..., expect: _Optional[_Iterable[_Union[CacheExpectation, _Mapping]]] = ...) -> None: ...
+
+class CacheExpectation(_message.Message):
+    __slots__ = ("group", "kind", "namespace", "name", "resource_version", "deleted")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    kind: str
+    namespace: str
+    name: str
+    resource_version: str
+    deleted: bool
+    def __init__(self, group: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., deleted: _Optional[bool] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("code", "reason", "message", "details")

@@ -1,0 +1,668 @@
+"""The operations a deployment pipeline runs against a cluster, in Spinnaker's terms.
+
+Each operation takes Clouddriver's description of it (a JSON object) and records what it did in
+an `Outcome`: the objects as the API server returned them, what it reports besides (deleted
+objects, job logs...), and every change it made (`Touched`), from which the agent tells the hub
+what its cache will show. A failure is recorded, not just raised: what was done before it stays
+in the outcome, so that a deploy of several manifests that fails half-way says which were applied.
+
+Kubernetes is the reference for every behaviour: deploys are server-side applies with a field
+manager and strict field validation (kubectl's default since 1.27); rollbacks, pauses and
+restarts are the patches `kubectl rollout` sends; deletions wait until the object is gone, as
+`kubectl delete --wait` does, by watching it rather than polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import orjson
+
+from .client import APIError, ConnectionFailed, KubeClient, KubeError, describe_connection_error
+from .discovery import KindInfo
+from .resources import ResourceMap, UnknownKind
+
+__all__ = ["OPERATIONS", "ClusterOperations", "OperationFailed", "Outcome", "Touched"]
+
+log = logging.getLogger("scaleagent.kube.operations")
+
+DEFAULT_FIELD_MANAGER = "scale-agent"
+APPLY = "application/apply-patch+yaml"
+PATCH_TYPES = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+}
+# Attempts of a write that the API server refused with 409 Conflict (an object changed between
+# our read and our write, or a create raced a delete); a field-manager conflict is not retried.
+CONFLICT_ATTEMPTS = 4
+REVISION = "deployment.kubernetes.io/revision"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+# A job's logs are reported up to this size per container (the end of the log is kept).
+MAX_LOG_BYTES = 256 * 1024
+# Kinds applied before the rest of a deploy, in this order: what others depend on. Everything
+# else keeps the order it was given in.
+APPLY_FIRST = (
+    "Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "ResourceQuota", "LimitRange",
+    "ServiceAccount", "Secret", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "ClusterRole",
+    "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Service",
+)
+_RANK = {kind: i for i, kind in enumerate(APPLY_FIRST)}
+
+
+class OperationFailed(KubeError):
+    """A failure with a Kubernetes Status' code and reason, so that it travels like the API's own."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+
+def bad_request(message: str) -> OperationFailed:
+    return OperationFailed(400, "BadRequest", message)
+
+
+@dataclass
+class Touched:
+    """One change an operation made: the object's version after it, or that it is gone."""
+
+    kind: KindInfo
+    namespace: str
+    name: str
+    resource_version: str
+    deleted: bool = False
+
+
+@dataclass
+class Outcome:
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)
+    touched: list[Touched] = field(default_factory=list)
+    error: OperationFailed | None = None
+    # What the operation is doing now: named when its deadline cuts it short.
+    step: str = ""
+
+    def record(self, kind: KindInfo, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self.objects.append(obj)
+        self.touched.append(Touched(kind, meta.get("namespace") or "", meta.get("name") or "",
+                                    str(meta.get("resourceVersion") or "")))
+
+
+def describe(kind: KindInfo, name: str, namespace: str = "") -> str:
+    """How messages name an object: `deployment.apps nginx in namespace web`."""
+    where = f" in namespace {namespace}" if namespace and kind.namespaced else ""
+    return f"{kind.kind.lower()}{'.' + kind.group if kind.group else ''} {name}{where}"
+
+
+def manifest_name(kind: KindInfo | str, name: str) -> str:
+    """Clouddriver's "kind name" (`deployment my-app`), as manifestNamesByNamespace lists them."""
+    k = kind if isinstance(kind, str) else kind.kind
+    return f"{k[:1].lower()}{k[1:]} {name}"
+
+
+def _text(value: Any, what: str, *, required: bool = True) -> str:
+    if value is None or value == "":
+        if required:
+            raise bad_request(f"{what} is required")
+        return ""
+    if not isinstance(value, str):
+        raise bad_request(f"{what} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any, what: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise bad_request(f"{what} must be an integer")
+    try:
+        n = int(value)
+    except ValueError:
+        raise bad_request(f"{what} must be an integer, not {value!r}") from None
+    if n < minimum:
+        raise bad_request(f"{what} must be at least {minimum}, not {n}")
+    return n
+
+
+def _selector(match_labels: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
+
+
+def _is_field_manager_conflict(e: APIError) -> bool:
+    causes = ((e.body or {}).get("details") or {}).get("causes") or [] if isinstance(e.body, dict) else []
+    return any(c.get("reason") == "FieldManagerConflict" for c in causes if isinstance(c, dict))
+
+
+class ClusterOperations:
+    """The operations of one account, against its API server with its credentials."""
+
+    def __init__(self, client: KubeClient, resources: ResourceMap) -> None:
+        self.client = client
+        self.resources = resources
+
+    async def run(self, type_: str, request: dict[str, Any], out: Outcome) -> None:
+        """Run operation `type_`; failures end up in `out.error` (a deadline is the caller's)."""
+        handler = OPERATIONS.get(type_)
+        if handler is None:
+            raise bad_request(f"unknown operation type {type_!r}; this agent runs {', '.join(sorted(OPERATIONS))}")
+        if not isinstance(request, dict):
+            raise bad_request(f"the {type_} description must be a JSON object")
+        try:
+            await handler(self, request, out)
+        except UnknownKind as e:
+            out.error = OperationFailed(400, "BadRequest", str(e))
+        except OperationFailed as e:
+            out.error = e
+        except APIError as e:
+            details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
+            out.error = OperationFailed(e.status, e.reason or "Error", e.message or str(e), details)
+        except ConnectionFailed as e:
+            out.error = OperationFailed(503, "ServiceUnavailable", str(e))
+
+    # ---- references ------------------------------------------------------------------------------
+
+    async def _target(self, request: dict[str, Any]) -> tuple[KindInfo, str, str]:
+        """The object named by `manifestName` ("kind name") and `location` (its namespace)."""
+        ref = _text(request.get("manifestName"), "manifestName")
+        kind_ref, _, name = ref.strip().partition(" ")
+        if not name.strip():
+            raise bad_request(f"manifestName {ref!r} must be \"kind name\", e.g. \"deployment my-app\"")
+        kind = await self.resources.for_reference(kind_ref)
+        namespace = _text(request.get("location"), "location", required=False) if kind.namespaced else ""
+        return kind, (namespace or "default") if kind.namespaced else "", name.strip()
+
+    @staticmethod
+    def _path(kind: KindInfo, namespace: str, name: str, sub: str = "") -> str:
+        return f"{kind.path(namespace or None)}/{name}" + (f"/{sub}" if sub else "")
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    async def _retrying(self, write: Callable[[], Awaitable[Any]]) -> Any:
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                return await write()
+            except APIError as e:
+                if e.status != 409 or attempt == CONFLICT_ATTEMPTS - 1 or _is_field_manager_conflict(e):
+                    raise
+                log.info("write conflicted (%s); retrying", e.message)
+                await asyncio.sleep(0.05 * 2 ** attempt)
+
+    async def _patch(self, kind: KindInfo, namespace: str, name: str, body: Any, content_type: str,
+                     field_manager: str = DEFAULT_FIELD_MANAGER, sub: str = "", **params: str) -> dict[str, Any]:
+        return await self.client.request(
+            "PATCH", self._path(kind, namespace, name, sub), body=body, content_type=content_type,
+            params={"fieldManager": field_manager, "fieldValidation": "Strict", **params})
+
+    async def deploy_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        """Server-side apply of every manifest, dependencies first; stops at the first refusal."""
+        manifests = request.get("manifests")
+        if manifests is None and isinstance(request.get("manifest"), dict):
+            manifests = [request["manifest"]]
+        if not isinstance(manifests, list) or not manifests:
+            raise bad_request("manifests must be a non-empty list of Kubernetes objects")
+        override = _text(request.get("namespaceOverride"), "namespaceOverride", required=False)
+        manager = _text(request.get("fieldManager"), "fieldManager", required=False) or DEFAULT_FIELD_MANAGER
+        force = request.get("forceConflicts", True)
+        if not isinstance(force, bool):
+            raise bad_request("forceConflicts must be true or false")
+        checked = [self._check_manifest(i, m) for i, m in enumerate(manifests)]
+        # Every manifest is resolved before any is applied: a kind the cluster does not serve
+        # fails the deploy with nothing applied, unless a CRD of this same deploy defines it.
+        defined = {_crd_kind(m) for m in manifests if isinstance(m, dict) and m.get("kind") == "CustomResourceDefinition"}
+        kinds: list[KindInfo | None] = []
+        problems = []
+        for i, m in enumerate(checked):
+            try:
+                kinds.append(await self.resources.for_manifest(m["apiVersion"], m["kind"]))
+            except UnknownKind as e:
+                if (m["apiVersion"], m["kind"]) in defined:
+                    kinds.append(None)
+                else:
+                    problems.append(f"manifest {i + 1} ({m['kind']} {m['metadata']['name']}): {e}")
+        if problems:
+            raise bad_request("nothing was applied: " + "; ".join(problems))
+        order = sorted(range(len(checked)), key=lambda i: _RANK.get(checked[i]["kind"], len(_RANK)))
+        for position, i in enumerate(order):
+            m, kind = checked[i], kinds[i]
+            if kind is None:
+                out.step = f"waiting for the CRD of {m['kind']} to be served"
+                kind = await self._served(m["apiVersion"], m["kind"])
+            body = dict(m)
+            meta = body["metadata"] = dict(m["metadata"])
+            if kind.namespaced:
+                meta["namespace"] = override or meta.get("namespace") or "default"
+            else:
+                meta.pop("namespace", None)
+            what = describe(kind, meta["name"], meta.get("namespace", ""))
+            out.step = f"applying {what}"
+            try:
+                applied = await self._retrying(lambda: self._patch(
+                    kind, meta.get("namespace", ""), meta["name"], body, APPLY, manager,
+                    **({"force": "true"} if force else {})))
+            except KubeError as e:
+                rest = [manifest_name(checked[j]["kind"], checked[j]["metadata"]["name"]) for j in order[position + 1:]]
+                out.output |= {"failedManifest": manifest_name(kind, meta["name"]), "notApplied": rest}
+                done = f"; applied before it: {', '.join(manifest_name(o['kind'], o['metadata']['name']) for o in out.objects)}" \
+                    if out.objects else "; nothing was applied"
+                if isinstance(e, APIError):
+                    details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
+                    raise OperationFailed(e.status, e.reason or "Error", f"{what}: {e.message or e}{done}", details) from None
+                raise OperationFailed(503, "ServiceUnavailable", f"{what}: {e}{done}") from None
+            out.record(kind, applied)
+
+    async def _served(self, api_version: str, kind: str) -> KindInfo:
+        """A kind whose CRD this deploy just applied: established at once by some servers, soon by others."""
+        delay = 0.1
+        while True:
+            try:
+                return await self.resources.for_manifest(api_version, kind)
+            except UnknownKind:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    @staticmethod
+    def _check_manifest(i: int, m: Any) -> dict[str, Any]:
+        where = f"manifest {i + 1}"
+        if not isinstance(m, dict):
+            raise bad_request(f"{where} is not a JSON object")
+        kind, api_version = m.get("kind"), m.get("apiVersion")
+        meta = m.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        label = f"{where} ({kind or '?'} {name or '?'})"
+        if not isinstance(kind, str) or not kind:
+            raise bad_request(f"{label}: kind is missing")
+        if not isinstance(api_version, str) or not api_version:
+            raise bad_request(f"{label}: apiVersion is missing")
+        if not isinstance(meta, dict):
+            raise bad_request(f"{label}: metadata is missing")
+        if not isinstance(name, str) or not name:
+            raise bad_request(f"{label}: metadata.name is missing (server-side apply needs a name; "
+                              "generateName is for runJob)")
+        return m
+
+    async def patch_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        kind, namespace, name = await self._target(request)
+        options = request.get("options") or {}
+        if not isinstance(options, dict):
+            raise bad_request("options must be a JSON object")
+        strategy = _text(options.get("mergeStrategy"), "options.mergeStrategy", required=False) or "strategic"
+        if strategy not in PATCH_TYPES:
+            raise bad_request(f"options.mergeStrategy {strategy!r} is not one of {', '.join(PATCH_TYPES)}")
+        body = request.get("patchBody")
+        if strategy == "json" and not isinstance(body, list):
+            raise bad_request("patchBody must be a list of JSON patch operations for mergeStrategy json")
+        if strategy != "json" and not isinstance(body, dict):
+            raise bad_request(f"patchBody must be a JSON object for mergeStrategy {strategy}")
+        manager = _text(request.get("fieldManager"), "fieldManager", required=False) or DEFAULT_FIELD_MANAGER
+        out.step = f"patching {describe(kind, name, namespace)}"
+        patched = await self._retrying(lambda: self._patch(kind, namespace, name, body, PATCH_TYPES[strategy], manager))
+        out.record(kind, patched)
+
+    async def scale_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        kind, namespace, name = await self._target(request)
+        replicas = _integer(request.get("replicas"), "replicas")
+        out.step = f"scaling {describe(kind, name, namespace)}"
+        await self._patch(kind, namespace, name, {"spec": {"replicas": replicas}}, PATCH_TYPES["merge"], sub="scale")
+        out.record(kind, await self.client.get(self._path(kind, namespace, name)))
+
+    async def _deployment(self, request: dict[str, Any], verb: str) -> tuple[KindInfo, str, str]:
+        kind, namespace, name = await self._target(request)
+        if (kind.group, kind.kind) != ("apps", "Deployment"):
+            raise bad_request(f"{verb} is supported for Deployments only, not {kind.kind}")
+        return kind, namespace, name
+
+    async def pause_rollout_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        await self._set_paused(request, out, True)
+
+    async def resume_rollout_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        await self._set_paused(request, out, False)
+
+    async def _set_paused(self, request: dict[str, Any], out: Outcome, paused: bool) -> None:
+        kind, namespace, name = await self._deployment(request, "pausing a rollout" if paused else "resuming a rollout")
+        out.step = f"{'pausing' if paused else 'resuming'} {describe(kind, name, namespace)}"
+        out.record(kind, await self._patch(kind, namespace, name, {"spec": {"paused": paused}}, PATCH_TYPES["merge"]))
+
+    async def rolling_restart_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        kind, namespace, name = await self._target(request)
+        if (kind.group, kind.kind) not in {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet")}:
+            raise bad_request(f"a rolling restart is supported for Deployments, StatefulSets and DaemonSets, not {kind.kind}")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}}
+        out.step = f"restarting {describe(kind, name, namespace)}"
+        out.record(kind, await self._patch(kind, namespace, name, patch, PATCH_TYPES["merge"]))
+
+    async def undo_rollout_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        """`kubectl rollout undo`: the Deployment's template becomes the one of the ReplicaSet of
+        that revision (by default the previous one), and the controller makes that the newest."""
+        kind, namespace, name = await self._deployment(request, "undoing a rollout")
+        revision = request.get("revision")
+        back = request.get("numRevisionsBack")
+        wanted = _integer(revision, "revision") if revision not in (None, "") else 0
+        back_n = _integer(back, "numRevisionsBack", 1) if back not in (None, "") else 1
+        what = describe(kind, name, namespace)
+        for attempt in range(CONFLICT_ATTEMPTS):
+            out.step = f"reading the revisions of {what}"
+            deployment = await self.client.get(self._path(kind, namespace, name))
+            spec = deployment.get("spec") or {}
+            if spec.get("paused"):
+                raise OperationFailed(400, "BadRequest", f"cannot undo the rollout of {what} while it is paused; "
+                                                         "resume it first")
+            history = await self._revisions(namespace, deployment)
+            if not history:
+                raise OperationFailed(404, "NotFound", f"{what} has no rollout history")
+            current = max(history)
+            if wanted:
+                if wanted not in history:
+                    raise OperationFailed(404, "NotFound", f"revision {wanted} of {what} not found; revisions kept: "
+                                                           f"{', '.join(map(str, sorted(history)))}")
+                target = wanted
+            else:
+                older = sorted((r for r in history if r < current), reverse=True)
+                if len(older) < back_n:
+                    raise OperationFailed(404, "NotFound", f"{what} has no revision {back_n} back from revision "
+                                                           f"{current}; revisions kept: {', '.join(map(str, sorted(history)))}")
+                target = older[back_n - 1]
+            template = _without_hash(((history[target].get("spec") or {}).get("template")) or {})
+            out.output["revision"] = target
+            if template == _without_hash(spec.get("template") or {}):
+                out.output["skipped"] = f"the template of {what} already matches revision {target}"
+                out.record(kind, deployment)
+                return
+            meta = deployment.get("metadata") or {}
+            patch = [{"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+                     {"op": "replace", "path": "/spec/template", "value": template}]
+            out.step = f"rolling {what} back to revision {target}"
+            try:
+                out.record(kind, await self._patch(kind, namespace, name, patch, PATCH_TYPES["json"]))
+                return
+            except APIError as e:
+                if e.status != 409 or attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.05 * 2 ** attempt)
+
+    async def _revisions(self, namespace: str, deployment: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """The Deployment's ReplicaSets by revision (those it controls, by owner uid)."""
+        uid = (deployment.get("metadata") or {}).get("uid")
+        match = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        listed = await self.client.get(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
+                                       params={"labelSelector": _selector(match)} if match else None)
+        out: dict[int, dict[str, Any]] = {}
+        for rs in (listed or {}).get("items") or []:
+            meta = rs.get("metadata") or {}
+            if not any(o.get("uid") == uid and o.get("controller") for o in meta.get("ownerReferences") or []):
+                continue
+            try:
+                out[int((meta.get("annotations") or {}).get(REVISION, ""))] = rs
+            except ValueError:
+                continue
+        return out
+
+    # ---- deletes ---------------------------------------------------------------------------------
+
+    async def delete_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        """Delete by name or by label selector, then wait until every object is gone."""
+        options = request.get("options") or {}
+        if not isinstance(options, dict):
+            raise bad_request("options must be a JSON object (Kubernetes DeleteOptions)")
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        policy = options.get("propagationPolicy")
+        if policy is None and options.get("cascading") is False:
+            policy = "Orphan"
+        if policy is not None:
+            if policy not in ("Background", "Foreground", "Orphan"):
+                raise bad_request(f"options.propagationPolicy {policy!r} is not Background, Foreground or Orphan")
+            body["propagationPolicy"] = policy
+        if options.get("gracePeriodSeconds") is not None:
+            body["gracePeriodSeconds"] = _integer(options["gracePeriodSeconds"], "options.gracePeriodSeconds")
+        targets = await self._delete_targets(request)
+        deleted, gone = [], []
+        for kind, namespace, name in targets:
+            what = describe(kind, name, namespace)
+            out.step = f"deleting {what}"
+            try:
+                answer = await self.client.request("DELETE", self._path(kind, namespace, name), body=body)
+            except APIError as e:
+                if e.status == 404:
+                    gone.append(_ref(kind, namespace, name))
+                    continue
+                out.output["deletedManifests"] = deleted
+                raise
+            rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
+            deleted.append(_ref(kind, namespace, name))
+            out.touched.append(Touched(kind, namespace, name, rv, deleted=True))
+        out.output["deletedManifests"] = deleted
+        if gone:
+            out.output["alreadyGone"] = gone
+        for kind, namespace, name in targets:
+            out.step = f"waiting for {describe(kind, name, namespace)} to be deleted"
+            await self._wait(kind, namespace, name, lambda obj: obj is None)
+
+    async def _delete_targets(self, request: dict[str, Any]) -> list[tuple[KindInfo, str, str]]:
+        if request.get("manifestName"):
+            return [await self._target(request)]
+        selector = request.get("labelSelector")
+        selectors = request.get("labelSelectors")
+        if selector is None and isinstance(selectors, dict):
+            selector = _clouddriver_selector(selectors.get("selectors"))
+        selector = _text(selector, "manifestName or labelSelector")
+        kind_refs = request.get("kinds")
+        if not isinstance(kind_refs, list) or not kind_refs or not all(isinstance(k, str) for k in kind_refs):
+            raise bad_request("kinds must be a non-empty list of kinds when deleting by labelSelector")
+        namespace = _text(request.get("location"), "location", required=False)
+        targets = []
+        for ref in kind_refs:
+            kind = await self.resources.for_reference(ref)
+            listed = await self.client.get(kind.path(namespace or None), params={"labelSelector": selector})
+            for item in (listed or {}).get("items") or []:
+                meta = item.get("metadata") or {}
+                targets.append((kind, meta.get("namespace") or "", meta.get("name") or ""))
+        return targets
+
+    async def _wait(self, kind: KindInfo, namespace: str, name: str,
+                    done: Callable[[dict[str, Any] | None], bool]) -> dict[str, Any] | None:
+        """Until `done(object or None)`: a read, then a watch of that one object from the read's
+        version; a watch that ends (timeout, 410 Gone) starts over with a read. The caller's
+        deadline bounds it."""
+        path = kind.path(namespace or None)
+        while True:
+            try:
+                obj = await self.client.get(f"{path}/{name}")
+            except APIError as e:
+                if e.status != 404:
+                    raise
+                obj = None
+            if done(obj):
+                return obj
+            assert obj is not None
+            params = {"watch": "1", "fieldSelector": f"metadata.name={name}", "allowWatchBookmarks": "true",
+                      "resourceVersion": str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+                      "timeoutSeconds": "300"}
+            async with self.client.stream("GET", path, params=params) as resp:
+                pending = b""
+                try:
+                    async for chunk in resp.content.iter_any():
+                        *lines, pending = (pending + chunk).split(b"\n")
+                        for line in lines:
+                            if not line.strip():
+                                continue
+                            event = orjson.loads(line)
+                            kind_of = event.get("type")
+                            if kind_of == "ERROR":
+                                break
+                            if kind_of in ("ADDED", "MODIFIED", "DELETED"):
+                                current = None if kind_of == "DELETED" else event.get("object")
+                                if done(current):
+                                    return current
+                        else:
+                            continue
+                        break
+                except (aiohttp.ClientError, OSError) as e:
+                    raise ConnectionFailed(describe_connection_error(self.client.server, e)) from e
+
+    # ---- jobs and logs ---------------------------------------------------------------------------
+
+    async def run_job(self, request: dict[str, Any], out: Outcome) -> None:
+        """Create the Job, wait until it completes or fails, and report its pods' logs."""
+        manifest = request.get("manifest")
+        if not isinstance(manifest, dict):
+            raise bad_request("manifest must be a Job object")
+        kind = await self.resources.for_manifest(manifest.get("apiVersion"), manifest.get("kind"))
+        if (kind.group, kind.kind) != ("batch", "Job"):
+            raise bad_request(f"runJob runs a batch Job, not {kind.kind}")
+        meta = dict(manifest.get("metadata") or {})
+        if not meta.get("name") and not meta.get("generateName"):
+            raise bad_request("the Job needs metadata.name or metadata.generateName")
+        namespace = (_text(request.get("namespaceOverride") or request.get("namespace"), "namespace", required=False)
+                     or meta.get("namespace") or "default")
+        meta["namespace"] = namespace
+        out.step = f"creating job {meta.get('name') or meta['generateName'] + '...'} in namespace {namespace}"
+        job = await self.client.request("POST", kind.path(namespace), body={**manifest, "metadata": meta},
+                                        params={"fieldManager": DEFAULT_FIELD_MANAGER, "fieldValidation": "Strict"})
+        name = job["metadata"]["name"]
+        out.record(kind, job)
+        if request.get("waitForCompletion", True) is False:
+            return
+        out.step = f"waiting for job {name} in namespace {namespace} to complete"
+        job = await self._wait(kind, namespace, name, lambda obj: obj is None or _job_finished(obj) is not None)
+        if job is None:
+            raise OperationFailed(410, "Gone", f"job {name} in namespace {namespace} was deleted before it completed")
+        out.record(kind, job)
+        out.objects = [job]  # one object, at its last state
+        out.touched = out.touched[-1:]
+        outcome, reason = _job_finished(job) or ("", "")
+        status = job.get("status") or {}
+        out.output["jobStatus"] = {"name": name, "namespace": namespace, "status": outcome,
+                                   "succeeded": status.get("succeeded", 0), "failed": status.get("failed", 0),
+                                   "completionTime": status.get("completionTime")}
+        out.step = f"reading the logs of job {name}"
+        out.output["logs"] = await self._job_logs(namespace, job)
+        if outcome == "failed":
+            raise OperationFailed(500, "JobFailed", f"job {name} in namespace {namespace} failed: {reason}")
+
+    async def _job_logs(self, namespace: str, job: dict[str, Any]) -> dict[str, dict[str, str]]:
+        match = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selector = _selector(match) if match else f"job-name={job['metadata']['name']}"
+        pods = await self.client.get(f"/api/v1/namespaces/{namespace}/pods", params={"labelSelector": selector})
+        logs: dict[str, dict[str, str]] = {}
+        for pod in (pods or {}).get("items") or []:
+            pod_name = (pod.get("metadata") or {}).get("name", "")
+            for c in (pod.get("spec") or {}).get("containers") or []:
+                logs.setdefault(pod_name, {})[c.get("name", "")] = await self.pod_log(namespace, pod_name, c.get("name", ""))
+        return logs
+
+    async def pod_log(self, namespace: str, pod: str, container: str = "", tail_lines: int | None = None) -> str:
+        params = {"limitBytes": str(MAX_LOG_BYTES)}
+        if container:
+            params["container"] = container
+        if tail_lines is not None:
+            params["tailLines"] = str(tail_lines)
+        async with self.client.stream("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params=params,
+                                      accept="text/plain, */*", timeout=60) as resp:
+            try:
+                raw = await resp.content.read(MAX_LOG_BYTES + 1)
+            except (aiohttp.ClientError, OSError) as e:
+                raise ConnectionFailed(describe_connection_error(self.client.server, e)) from e
+        return raw[-MAX_LOG_BYTES:].decode(errors="replace")
+
+    async def pod_logs(self, request: dict[str, Any], out: Outcome) -> None:
+        """Read-only: one pod's log (one container's, when several)."""
+        namespace = _text(request.get("namespace"), "namespace", required=False) or "default"
+        pod = _text(request.get("name"), "name")
+        container = _text(request.get("container"), "container", required=False)
+        tail = request.get("tailLines")
+        out.step = f"reading the log of pod {pod} in namespace {namespace}"
+        out.output["log"] = await self.pod_log(namespace, pod, container,
+                                               _integer(tail, "tailLines") if tail not in (None, "") else None)
+
+    async def get_manifest(self, request: dict[str, Any], out: Outcome) -> None:
+        """Read-only: the live object (what a forced cache refresh waits for), or that there is none."""
+        kind, namespace, name = await self._target(request)
+        out.step = f"reading {describe(kind, name, namespace)}"
+        try:
+            obj = await self.client.get(self._path(kind, namespace, name))
+        except APIError as e:
+            if e.status != 404:
+                raise
+            out.output["found"] = False
+            out.touched.append(Touched(kind, namespace, name, "", deleted=True))
+            return
+        out.output["found"] = True
+        out.record(kind, obj)
+
+
+def _ref(kind: KindInfo, namespace: str, name: str) -> dict[str, str]:
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "namespace": namespace, "name": name}
+
+
+def _crd_kind(crd: dict[str, Any]) -> tuple[str, str] | None:
+    spec = crd.get("spec") or {}
+    group, kind = spec.get("group"), (spec.get("names") or {}).get("kind")
+    versions = [v.get("name") for v in spec.get("versions") or [] if isinstance(v, dict)]
+    return None if not (group and kind and versions) else (f"{group}/{versions[0]}", kind)
+
+
+def _without_hash(template: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(template.get("metadata") or {})
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != "pod-template-hash"}
+    if labels:
+        meta["labels"] = labels
+    else:
+        meta.pop("labels", None)
+    return {**template, "metadata": meta}
+
+
+def _job_finished(job: dict[str, Any]) -> tuple[str, str] | None:
+    """("succeeded"|"failed", reason) once the Job has a Complete or Failed condition."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("status") == "True" and c.get("type") == "Complete":
+            return "succeeded", ""
+        if c.get("status") == "True" and c.get("type") == "Failed":
+            return "failed", str(c.get("message") or c.get("reason") or "the Job failed")
+    return None
+
+
+def _clouddriver_selector(selectors: Any) -> str | None:
+    """Clouddriver's KubernetesSelectorList (`[{"kind": "EQUALS", "key": "app", "values": ["x"]}]`)
+    as a label selector string."""
+    if not isinstance(selectors, list):
+        return None
+    parts = []
+    for s in selectors:
+        if not isinstance(s, dict):
+            raise bad_request("labelSelectors.selectors must be a list of objects")
+        key, values, op = s.get("key"), [str(v) for v in s.get("values") or []], s.get("kind")
+        if op == "EQUALS" and len(values) == 1:
+            parts.append(f"{key}={values[0]}")
+        elif op == "NOT_EQUALS" and len(values) == 1:
+            parts.append(f"{key}!={values[0]}")
+        elif op == "CONTAINS":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NOT_CONTAINS":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "EXISTS":
+            parts.append(str(key))
+        elif op == "NOT_EXISTS":
+            parts.append(f"!{key}")
+        else:
+            raise bad_request(f"label selector kind {op!r} with {len(values)} value(s) is not understood")
+    return ",".join(parts)
+
+
+OPERATIONS: dict[str, Callable[[ClusterOperations, dict[str, Any], Outcome], Awaitable[None]]] = {
+    "deployManifest": ClusterOperations.deploy_manifest,
+    "deleteManifest": ClusterOperations.delete_manifest,
+    "patchManifest": ClusterOperations.patch_manifest,
+    "scaleManifest": ClusterOperations.scale_manifest,
+    "undoRolloutManifest": ClusterOperations.undo_rollout_manifest,
+    "pauseRolloutManifest": ClusterOperations.pause_rollout_manifest,
+    "resumeRolloutManifest": ClusterOperations.resume_rollout_manifest,
+    "rollingRestartManifest": ClusterOperations.rolling_restart_manifest,
+    "runJob": ClusterOperations.run_job,
+    "podLogs": ClusterOperations.pod_logs,
+    "getManifest": ClusterOperations.get_manifest,
+}
+"""Every operation type an agent runs, by Clouddriver's name (podLogs and getManifest read only)."""
