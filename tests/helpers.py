@@ -317,6 +317,30 @@ class HubProcess:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def post(self, path: str, body: object) -> tuple[int, object]:
+        import json
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def run_task(self, operations: list, timeout: float = 60.0) -> dict:
+        """POST /kubernetes/ops and the task document once it has ended."""
+        status, created = self.post("/kubernetes/ops", operations)
+        assert status == 200, (status, created)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            task = self.json(f"{created['resourceUri']}?waitSeconds=10")  # type: ignore[index]
+            if task["state"] != "running":  # type: ignore[index]
+                return task  # type: ignore[return-value]
+        raise TimeoutError(f"task {created} still running after {timeout}s; hub log:\n" + "\n".join(self.log[-20:]))
+
     def json(self, path: str) -> object:
         status, doc = self.get(path)
         assert status == 200, (path, status, doc)

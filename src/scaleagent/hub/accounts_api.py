@@ -30,7 +30,7 @@ from .accounts import AccountsService, Conflict, UnknownAccounts
 from .states import TransitionError
 from .store import StoreError
 
-__all__ = ["DeleteResult", "accounts_router"]
+__all__ = ["DeleteResult", "accounts_router", "answer", "error_response", "read_json"]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """A request body larger than this is refused before it is parsed."""
@@ -91,7 +91,7 @@ async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     return Response(orjson.dumps(result), status_code=status, media_type="application/json")
 
 
-async def _json(request: Request) -> Any:
+async def read_json(request: Request) -> Any:
     """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
     raw = await request.body()
     if len(raw) > MAX_BODY_BYTES:
@@ -114,7 +114,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
                              "account or an existing name refuses the whole request). Migrate them with PATCH.")
     async def create(request: Request) -> Response:
         async def work() -> list[dict[str, Any]]:
-            accounts = parse_accounts(await _json(request), AccountIn)
+            accounts = parse_accounts(await read_json(request), AccountIn)
             return [account_view(row) for row in await service.create(accounts)]
         return await answer(201, work)
 
@@ -126,7 +126,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
                               "applied, or none.")
     async def patch(request: Request) -> Response:
         async def work() -> list[dict[str, Any]]:
-            changes = parse_accounts(await _json(request), AccountChange)
+            changes = parse_accounts(await read_json(request), AccountChange)
             return [account_view(row) for row in await service.patch(changes)]
         return await answer(202, work)
 
@@ -161,7 +161,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
                    description="A list of names; all must exist, or nothing is deleted.")
     async def delete_many(request: Request) -> Response:
         async def work() -> dict[str, Any]:
-            deleted, warnings = await service.delete(parse_names(await _json(request)))
+            deleted, warnings = await service.delete(parse_names(await read_json(request)))
             return {"deleted": deleted, "warnings": warnings}
         return await answer(200, work)
 

@@ -24,6 +24,7 @@ from .accounts_api import accounts_router
 from .cache import SubscriptionOverflow
 from .credentials_api import credentials_router
 from .manifests import manifest_view
+from .operations_api import operations_router
 
 if TYPE_CHECKING:
     from .service import Hub
@@ -74,6 +75,7 @@ def create_app(hub: Hub) -> FastAPI:
     app.include_router(accounts_router(hub.accounts))
     assert hub.credentials is not None
     app.include_router(credentials_router(hub.credentials))
+    app.include_router(operations_router(hub.tasks, hub.operations, cache))
 
     def record(account: str) -> Any:
         r = registry.accounts.get(account)

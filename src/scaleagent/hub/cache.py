@@ -40,7 +40,7 @@ import orjson
 from ..kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
 from ..protocol.v1 import agent_pb2 as pb
 
-__all__ = ["APPLICATION", "CLUSTER", "Cache", "Change", "Subscription", "SubscriptionOverflow"]
+__all__ = ["APPLICATION", "CLUSTER", "Cache", "Change", "Subscription", "SubscriptionOverflow", "version_at_least"]
 
 log = logging.getLogger("scaleagent.hub.cache")
 
@@ -425,6 +425,8 @@ class Cache:
         self._warned: set[tuple[str, str]] = set()
         self._label_sets = _LabelSets()
         self.rejected = 0
+        # (account, group, kind, namespace, name) -> waiters for that object (see wait_for)
+        self._waiters: dict[tuple[str, str, str, str, str], set[_Waiter]] = {}
 
     # ---- ingest ----------------------------------------------------------------------------------
 
@@ -519,6 +521,8 @@ class Cache:
             change = "MODIFIED"
         if self._subs:
             self._emit(acct.name, kind, change, e.namespace, name, rv, obj)
+        if self._waiters:
+            self._wake(acct.name, kind, e.namespace, name)
 
     def _delete(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, obj: bytes) -> None:
         nsd = kind.namespaces.get(namespace)
@@ -530,6 +534,8 @@ class Cache:
         self._forget(kind, e)
         if self._subs:
             self._emit(acct.name, kind, "DELETED", e.namespace, name, rv or e.rv, obj or e.obj)
+        if self._waiters:
+            self._wake(acct.name, kind, e.namespace, name, deleted_rv=rv or e.rv)
 
     def _end_snapshot(self, acct: _Account, kind: _Kind, scope: str) -> None:
         began = kind.open.pop(scope, None)
@@ -547,6 +553,8 @@ class Cache:
                 self._forget(kind, e)
                 if self._subs:
                     self._emit(acct.name, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
+                if self._waiters:
+                    self._wake(acct.name, kind, e.namespace, e.name)
             if not nsd:
                 del kind.namespaces[ns]
 
@@ -579,6 +587,7 @@ class Cache:
                 if self._subs:
                     self._emit(account, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
         self._warned = {w for w in self._warned if w[0] != account}
+        self._wake_account(account)
 
     def retain(self, account: str, kinds: Collection[str], namespaces: Collection[str] = (),
                omit_namespaces: Collection[str] = ()) -> int:
@@ -608,6 +617,8 @@ class Cache:
                         self._emit(account, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
             if not keep_kind:
                 del acct.kinds[key]
+        if gone:
+            self._wake_account(account)
         return gone
 
     def close_subscriptions(self) -> None:
@@ -679,6 +690,74 @@ class Cache:
             out.extend(e.obj for e in found)
         return out
 
+    # ---- read-your-writes --------------------------------------------------------------------------
+
+    def reached(self, account: str, expectation: Any, deleted_at: str | None = None) -> bool:
+        """Whether the cache shows what an operation produced (a protobuf ``CacheExpectation`` or
+        alike): the object at that resourceVersion or a later one, or, when it was deleted, no
+        object. ``deleted_at`` is the version of a deletion seen since waiting began: an object
+        that changed and went after the operation also counts as reached.
+
+        Versions are compared as numbers when both are (etcd revisions, which every API server
+        known uses), otherwise only for equality: Kubernetes calls them opaque.
+        """
+        acct = self._accounts.get(account)
+        kind = acct.kinds.get((expectation.group, expectation.kind)) if acct is not None else None
+        nsd = kind.namespaces.get(expectation.namespace) if kind is not None else None
+        e = nsd.get(expectation.name) if nsd is not None else None
+        if expectation.deleted:
+            return e is None
+        if e is not None and version_at_least(e.rv, expectation.resource_version):
+            return True
+        return deleted_at is not None and version_at_least(deleted_at, expectation.resource_version)
+
+    async def wait_for(self, account: str, expectations: Iterable[Any], timeout: float) -> list[Any]:
+        """Wait until the cache reaches every expectation, or ``timeout`` seconds; returns those
+        it did not reach (none: the cache reflects the operation)."""
+        pending = [x for x in expectations if not self.reached(account, x)]
+        if not pending or timeout <= 0:
+            return pending
+        waiter = _Waiter()
+        keys = {(account, x.group, x.kind, x.namespace, x.name) for x in pending}
+        for key in keys:
+            self._waiters.setdefault(key, set()).add(waiter)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            while pending:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+                waiter.event.clear()
+                pending = [x for x in pending if not self.reached(
+                    account, x, waiter.deleted_at.get((x.group, x.kind, x.namespace, x.name)))]
+        finally:
+            for key in keys:
+                waiters = self._waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiters[key]
+        return pending
+
+    def _wake(self, account: str, kind: _Kind, namespace: str, name: str, deleted_rv: str | None = None) -> None:
+        waiters = self._waiters.get((account, kind.group, kind.kind, namespace, name))
+        if waiters:
+            for w in waiters:
+                if deleted_rv is not None:
+                    w.deleted_at[(kind.group, kind.kind, namespace, name)] = deleted_rv
+                w.event.set()
+
+    def _wake_account(self, account: str) -> None:
+        for key, waiters in self._waiters.items():
+            if key[0] == account:
+                for w in waiters:
+                    w.event.set()
+
     # ---- subscriptions ---------------------------------------------------------------------------
 
     def subscribe(self, *, accounts: Collection[str] = (), kinds: Collection[str] = (),
@@ -700,6 +779,25 @@ class Cache:
                     change = Change(account, type_, kind.group, kind.version, kind.kind, namespace, name, rv,
                                     obj or None)
                 sub._push(change)
+
+
+class _Waiter:
+    """One wait_for call: woken by any change to an object it waits for."""
+
+    __slots__ = ("event", "deleted_at")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.deleted_at: dict[tuple[str, str, str, str], str] = {}
+
+
+def version_at_least(have: str, want: str) -> bool:
+    """Whether resourceVersion ``have`` is ``want`` or later (see Cache.reached)."""
+    if have == want or not want:
+        return bool(have) or not want
+    if have.isdigit() and want.isdigit():
+        return int(have) >= int(want)
+    return False
 
 
 def _candidates(kind: _Kind, namespace: str | None, name: str | None, selector: LabelSelector | None,

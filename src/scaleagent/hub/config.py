@@ -58,6 +58,7 @@ __all__ = [
     "HubConfig",
     "InterceptorConfig",
     "KubernetesConfig",
+    "OperationsConfig",
     "ServerConfig",
     "SessionsConfig",
     "TlsConfig",
@@ -215,6 +216,15 @@ class SessionsConfig(ConfigModel):
     grace_seconds: StrictFloat = Field(60.0, ge=0)
 
 
+class OperationsConfig(ConfigModel):
+    """Operations sent to agents (POST /kubernetes/ops) and the tasks that report them."""
+
+    # Armory's kubesvc.operationWaitMs: how long one operation may take, agent and cache included.
+    operation_wait_ms: StrictInt = Field(30_000, ge=100, le=3_600_000)
+    # Finished tasks kept for GET /task/{id}; the oldest go first.
+    max_tasks: StrictInt = Field(10_000, ge=1)
+
+
 class GrpcConfig(ConfigModel):
     """Limits of the gRPC server."""
 
@@ -316,6 +326,7 @@ class HubConfig(ConfigModel):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     grpc: GrpcConfig = Field(default_factory=GrpcConfig)
+    operations: OperationsConfig = Field(default_factory=OperationsConfig)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     dynamic_accounts: DynamicAccountsConfig = Field(default_factory=DynamicAccountsConfig)
 

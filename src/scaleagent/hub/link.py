@@ -22,6 +22,7 @@ from .registry import Registry, Session
 
 if TYPE_CHECKING:
     from .dynamic import AccountDispatcher
+    from .operations import OperationRouter
 
 log = logging.getLogger("scaleagent.hub.link")
 
@@ -47,6 +48,8 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (hub/dynamic.py);
         # None until the hub sets it, and answers are then only logged.
         self.dispatcher: AccountDispatcher | None = None
+        # Matches agents' operation results with the operations (hub/operations.py).
+        self.operations: OperationRouter | None = None
 
     async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         session: Session | None = None
@@ -177,8 +180,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             start = end
 
     async def Operations(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
-        """Attached to its Caching session; operations themselves arrive with a later issue."""
+        """Attached to its Caching session: operations go down it, their results come back."""
         session: Session | None = None
+        sender: asyncio.Task[None] | None = None
         try:
             self._authorize(context)
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
@@ -190,10 +194,20 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             if session is None or session.agent_id != hello.agent_id:
                 raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
                                   "no Caching session with that id for this agent on this hub")
+            if session.operate is not None:
+                raise LinkRefused(grpc.StatusCode.ALREADY_EXISTS,
+                                  "this session already has an Operations stream; open one per session")
+            outbox: asyncio.Queue[pb.Operation] = asyncio.Queue()
+            sender = asyncio.create_task(_send_all(context, outbox))
             session.operations_attached = True
+            session.operate = outbox.put_nowait
             while (msg := await context.read()) is not grpc.aio.EOF:
-                if msg.WhichOneof("message") == "result":
-                    log.debug("operation %s result from %s", msg.result.id, session.agent_id)
+                which = msg.WhichOneof("message")
+                if which != "result":
+                    raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
+                                      f"only results may follow the hello on an Operations stream, not {which or 'an empty message'}")
+                if self.operations is not None:
+                    self.operations.result(session, msg.result)
         except asyncio.TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s")
         except LinkRefused as e:
@@ -201,11 +215,18 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             log.warning("refused an Operations stream from %s: %s", context.peer(), e.reason)
             await context.abort(e.code, e.reason)
         finally:
-            if session is not None:
-                session.operations_attached = False
+            if sender is not None:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sender
+                if session is not None:
+                    session.operations_attached = False
+                    session.operate = None
+                    if self.operations is not None:
+                        self.operations.detached(session)
 
 
-async def _send_all(context: grpc.aio.ServicerContext, outbox: asyncio.Queue[pb.CachingControl]) -> None:
+async def _send_all(context: grpc.aio.ServicerContext, outbox: asyncio.Queue[Any]) -> None:
     """The stream's only writer after the welcome: gRPC streams take one write at a time."""
     while True:
         await context.write(await outbox.get())

@@ -54,6 +54,8 @@ class Session:
     operations_attached: bool = False
     # Sends a control message down this session's Caching stream (set by the gRPC service).
     control: Callable[[pb.CachingControl], None] | None = None
+    # Sends an operation down the Operations stream; None while that stream is not attached.
+    operate: Callable[[pb.Operation], None] | None = None
 
     def info(self) -> dict[str, Any]:
         return {"agentId": self.agent_id, "sessionId": self.id, "zoneId": self.zone_id,

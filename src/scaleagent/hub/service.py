@@ -22,8 +22,10 @@ from .config import HubConfig
 from .credentials import CredentialsService
 from .dynamic import AccountDispatcher
 from .link import GRPC_LIMIT_FACTOR, AgentLinkService
+from .operations import OperationRouter
 from .registry import Registry
 from .store import Store
+from .tasks import TaskRunner
 
 log = logging.getLogger("scaleagent.hub")
 logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every start; we log what matters
@@ -53,6 +55,10 @@ class Hub:
                                      max_message_bytes=config.grpc.max_message_bytes)
         self.dispatcher = AccountDispatcher(self.registry)
         self.link.dispatcher = self.dispatcher
+        self.operations = OperationRouter(self.registry)
+        self.link.operations = self.operations
+        self.tasks = TaskRunner(self.operations, self.cache, operation_wait_ms=config.operations.operation_wait_ms,
+                                max_tasks=config.operations.max_tasks)
         self.store: Store | None = None
         self.accounts: AccountsService | None = None
         self.credentials: CredentialsService | None = None
@@ -149,6 +155,7 @@ class Hub:
             self.cache.close_subscriptions()  # open watch streams end now rather than at the shutdown timeout
             self._http.should_exit = True
             await asyncio.wait([self._http_task])
+        await self.tasks.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self.credentials is not None:

@@ -1,0 +1,148 @@
+"""Operations on the link: the hub sends one to the agent serving an account and awaits its result.
+
+`OperationRouter.run` picks a session of this replica that serves the account and has its
+Operations stream attached, sends the operation with its deadline, and returns the agent's
+`OperationReply`. It never raises for what the agent or the network did: an unknown account, an
+agent that is gone, a session that ends before answering, or an answer that does not come by
+the deadline all become a failed reply whose message says which, so that the task reporting the
+operation can always say why it failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..protocol import pb
+from .registry import DISCONNECTED, ORPHANED, AccountRecord, Registry, Session
+
+log = logging.getLogger("scaleagent.hub.operations")
+
+# An agent answers a timed-out operation itself, at its deadline; the hub waits this much longer
+# for that answer before it gives up on the agent.
+ANSWER_GRACE_SECONDS = 2.0
+
+
+@dataclass
+class OperationReply:
+    ok: bool
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None  # a Kubernetes Status: code, reason, message (details)
+    expect: list[Any] = field(default_factory=list)  # pb.CacheExpectation
+    agent_id: str = ""
+
+    @classmethod
+    def failure(cls, code: int, reason: str, message: str) -> OperationReply:
+        return cls(False, error={"code": code, "reason": reason, "message": message})
+
+
+@dataclass
+class _Pending:
+    session_id: str
+    agent_id: str
+    future: asyncio.Future[OperationReply]
+
+
+class OperationRouter:
+    """Sends operations down agents' Operations streams and matches their results."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._pending: dict[str, _Pending] = {}
+        self.sent = 0
+        registry.listeners.append(self._on_registry)
+
+    def _session_for(self, account: str) -> Session | OperationReply:
+        record: AccountRecord | None = self.registry.accounts.get(account)
+        if record is None or record.state == ORPHANED:
+            known = "" if record is None else " (its agent left and it was orphaned)"
+            return OperationReply.failure(404, "NotFound", f"no agent serves account {account!r}{known}; "
+                                                           "GET /api/v1/accounts lists the accounts agents serve")
+        sessions = [self.registry.sessions[s] for s in record.sessions if s in self.registry.sessions]
+        ready = [s for s in sessions if s.operate is not None]
+        if not ready:
+            if record.state == DISCONNECTED or not sessions:
+                return OperationReply.failure(503, "ServiceUnavailable",
+                                              f"the agent of account {account!r} ({record.agent_id or 'unknown'}) is "
+                                              "disconnected; operations need a connected agent")
+            return OperationReply.failure(503, "ServiceUnavailable",
+                                          f"the agent of account {account!r} has no Operations stream open")
+        # The least busy agent serving it (several agents may serve one account).
+        busy = {s.id: 0 for s in ready}
+        for p in self._pending.values():
+            if p.session_id in busy:
+                busy[p.session_id] += 1
+        return min(ready, key=lambda s: (busy[s.id], s.connected_at))
+
+    async def run(self, account: str, type_: str, request: dict[str, Any], timeout: float) -> OperationReply:
+        """Run one operation on the agent serving `account`, giving it `timeout` seconds."""
+        target = self._session_for(account)
+        if isinstance(target, OperationReply):
+            return target
+        session = target
+        op_id = uuid.uuid4().hex
+        deadline_ms = int((time.time() + timeout) * 1000)
+        message = pb.Operation(id=op_id, account=account, type=type_, request=orjson.dumps(request),
+                               deadline_unix_ms=deadline_ms)
+        future: asyncio.Future[OperationReply] = asyncio.get_running_loop().create_future()
+        self._pending[op_id] = _Pending(session.id, session.agent_id, future)
+        assert session.operate is not None
+        session.operate(message)  # nothing awaited since the check: the stream is still there
+        self.sent += 1
+        log.info("operation %s: %s on account %s sent to agent %s", op_id, type_, account, session.agent_id)
+        try:
+            return await asyncio.wait_for(future, timeout + ANSWER_GRACE_SECONDS)
+        except asyncio.TimeoutError:
+            log.warning("operation %s: agent %s did not answer within %gs", op_id, session.agent_id, timeout)
+            return OperationReply.failure(504, "Timeout", f"agent {session.agent_id} did not answer within "
+                                                          f"{timeout + ANSWER_GRACE_SECONDS:g}s")
+        finally:
+            self._pending.pop(op_id, None)
+
+    def result(self, session: Session, result: pb.OperationResult) -> None:
+        """An OperationResult arrived on `session`'s stream (called by the gRPC service)."""
+        pending = self._pending.get(result.id)
+        if pending is None or pending.session_id != session.id:
+            log.info("agent %s answered operation %s, which is not awaited (timed out?)", session.agent_id,
+                     result.id or "(no id)")
+            return
+        try:
+            objects = orjson.loads(result.objects) if result.objects else []
+            output = orjson.loads(result.output) if result.output else {}
+            if not isinstance(objects, list) or not isinstance(output, dict):
+                raise ValueError("objects must be a JSON array and output a JSON object")
+        except ValueError as e:
+            reply = OperationReply.failure(502, "BadGateway", f"agent {session.agent_id} answered with a malformed "
+                                                              f"result: {e}")
+        else:
+            error = None
+            if not result.ok:
+                error = {"code": result.error.code, "reason": result.error.reason, "message": result.error.message}
+                if result.error.details:
+                    try:
+                        error["details"] = orjson.loads(result.error.details)
+                    except ValueError:
+                        pass
+            reply = OperationReply(result.ok, objects, output, error, list(result.expect), session.agent_id)
+        if not pending.future.done():
+            pending.future.set_result(reply)
+
+    def detached(self, session: Session) -> None:
+        """The session's Operations stream (or the session) ended: its operations fail now."""
+        for op_id, pending in list(self._pending.items()):
+            if pending.session_id == session.id and not pending.future.done():
+                pending.future.set_result(OperationReply.failure(
+                    503, "ServiceUnavailable", f"agent {session.agent_id} disconnected before answering; the "
+                                               "operation may have been partly carried out"))
+
+    def _on_registry(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
+        if what == "closed" and session is not None:
+            self.detached(session)
+

@@ -1,0 +1,153 @@
+"""The operations REST API, in Clouddriver's shapes:
+
+    POST /kubernetes/ops                 a list of operations, run as one task       200 {id, resourceUri}
+    POST /kubernetes/ops/{type}          one operation's description                 200 {id, resourceUri}
+    GET  /task/{id}?waitSeconds=N        the task (waiting up to N s for its end)     200
+    POST /cache/kubernetes/manifest      Clouddriver's on-demand cache refresh        200 fresh / 202 pending
+    GET  /api/v1/accounts/{a}/namespaces/{ns}/pods/{pod}/log   a pod's log, through its agent
+
+A body that is not a list of known operations is a 400 naming every problem; anything that goes
+wrong once the task runs (an unknown account, an invalid manifest, a refusal by the API server,
+a timeout) ends the task as failed with the reason, as Clouddriver reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from .accounts_api import error_response, read_json
+from .account_models import InvalidRequest
+from .cache import Cache, version_at_least
+from .operations import OperationReply, OperationRouter
+from .tasks import PHASES, BadOperations, TaskRunner, parse_operations
+
+__all__ = ["operations_router"]
+
+MAX_TASK_WAIT_SECONDS = 60.0
+# How long a forced cache refresh waits for the cache to reach the live version before it
+# answers 202 (still pending), as Clouddriver's on-demand caching does for slow providers.
+REFRESH_WAIT_SECONDS = 10.0
+
+
+def _failed(reply: OperationReply) -> Response:
+    error = reply.error or {}
+    code = int(error.get("code") or 502)
+    return error_response(code if 400 <= code <= 599 else 502, str(error.get("message") or "the operation failed"))
+
+
+def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache) -> APIRouter:
+    api = APIRouter(tags=["operations"])
+
+    async def submit(body: Any) -> Response:
+        try:
+            operations = parse_operations(body)
+        except BadOperations as e:
+            return error_response(400, str(e))
+        task = runner.submit(operations)
+        return JSONResponse({"id": task.id, "resourceUri": f"/task/{task.id}"})
+
+    @api.post("/kubernetes/ops", summary="Run operations (deployManifest, deleteManifest, ...) as one task",
+              description="A JSON list such as `[{\"deployManifest\": {\"account\": \"prod\", \"manifests\": "
+                          "[...]}}]`; operations run in order and the task stops at the first failure. "
+                          f"Types: {', '.join(PHASES)}. See docs/operations.md.")
+    async def post_ops(request: Request) -> Response:
+        try:
+            body = await read_json(request)
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        return await submit(body)
+
+    @api.post("/kubernetes/ops/{type_}", summary="Run one operation as a task")
+    async def post_op(type_: str, request: Request) -> Response:
+        try:
+            body = await read_json(request)
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        return await submit([{type_: body}])
+
+    @api.get("/task/{task_id}", summary="A task: state, phases, outputs",
+             description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
+                         "have Clouddriver's shape. `waitSeconds` holds the answer until the task ends "
+                         f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.")
+    async def get_task(task_id: str, waitSeconds: Annotated[float, Query(ge=0)] = 0) -> Response:  # noqa: N803
+        task = runner.get(task_id)
+        if task is None:
+            return error_response(404, f"task {task_id} not found (tasks are kept in memory; a restarted hub "
+                                       "has forgotten earlier ones)")
+        if waitSeconds > 0 and not task.done.is_set():
+            try:
+                await asyncio.wait_for(task.done.wait(), min(waitSeconds, MAX_TASK_WAIT_SECONDS))
+            except asyncio.TimeoutError:
+                pass
+        return Response(orjson.dumps(task.document()), media_type="application/json")
+
+    @api.post("/cache/kubernetes/manifest", summary="Force a cache refresh of one object (Clouddriver on-demand)",
+              description="Body `{\"account\", \"location\" (namespace), \"name\": \"kind name\"}`, optionally "
+                          "`resourceVersion`. 200 at once when the cache holds the object (at that version or "
+                          "later); otherwise the live object is read through the agent and the answer waits until "
+                          "the cache shows it: 200, or 202 if it did not within "
+                          f"{REFRESH_WAIT_SECONDS:g} s.")
+    async def refresh(request: Request) -> Response:
+        try:
+            body = await read_json(request)
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        if not isinstance(body, dict):
+            return error_response(400, "the body must be a JSON object: {\"account\", \"location\", \"name\"}")
+        account, location, name = body.get("account") or body.get("credentials"), body.get("location") or "", body.get("name")
+        wanted_rv = body.get("resourceVersion") or ""
+        if not isinstance(account, str) or not account:
+            return error_response(400, "account is required (a string)")
+        if not isinstance(location, str) or not isinstance(wanted_rv, str):
+            return error_response(400, "location and resourceVersion must be strings")
+        if not isinstance(name, str) or len(name.split()) != 2:
+            return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
+        kind, object_name = name.split()
+        cached = cache.get(account, kind, location, object_name)
+        cached_rv = _resource_version(cached)
+        ident = {"account": account, "location": location, "name": name}
+        if cached is not None and (not wanted_rv or version_at_least(cached_rv, wanted_rv)):
+            return JSONResponse({**ident, "status": "cached", "resourceVersion": cached_rv})
+        reply = await router.run(account, "getManifest", {"manifestName": name, "location": location},
+                                 REFRESH_WAIT_SECONDS)
+        if not reply.ok:
+            return _failed(reply)
+        missed = await cache.wait_for(account, reply.expect, REFRESH_WAIT_SECONDS) if reply.expect else []
+        if missed:
+            return JSONResponse({**ident, "status": "pending"}, status_code=202)
+        live = reply.objects[0] if reply.objects else None
+        if live is None:
+            return JSONResponse({**ident, "status": "absent"})
+        if not reply.expect:
+            return JSONResponse({**ident, "status": "not cached: its agent does not follow this kind or namespace"})
+        return JSONResponse({**ident, "status": "cached",
+                             "resourceVersion": (live.get("metadata") or {}).get("resourceVersion")})
+
+    @api.get("/api/v1/accounts/{account}/namespaces/{namespace}/pods/{pod}/log", response_class=PlainTextResponse,
+             summary="A pod's log, read through the account's agent")
+    async def pod_log(account: str, namespace: str, pod: str, container: str = "",
+                      tailLines: Annotated[int | None, Query(ge=0)] = None) -> Response:  # noqa: N803
+        request: dict[str, Any] = {"namespace": namespace, "name": pod, "container": container}
+        if tailLines is not None:
+            request["tailLines"] = tailLines
+        reply = await router.run(account, "podLogs", request, runner.operation_wait)
+        if not reply.ok:
+            return _failed(reply)
+        return PlainTextResponse(str(reply.output.get("log") or ""))
+
+    return api
+
+
+def _resource_version(raw: bytes | None) -> str:
+    if raw is None:
+        return ""
+    try:
+        return str(((orjson.loads(raw).get("metadata") or {}).get("resourceVersion")) or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+

@@ -1,0 +1,266 @@
+"""Tasks: a list of Clouddriver operations, run in order, reported by `GET /task/{id}`.
+
+`POST /kubernetes/ops` creates a task and returns at once; the task then sends each operation to
+the agent of its account (operations.py), and records phases, outputs and the outcome in
+Clouddriver's shape (`status`, `history`, `resultObjects`), plus a plain `state`
+(`running`, `completed`, `failed`).
+
+Read-your-writes: an operation counts as done only once the hub's cache shows what it produced
+(every object at the resourceVersion the agent reported, deleted objects gone), so whoever reads
+the cache after the task completed sees the change. Objects of kinds the agent does not follow
+never reach the cache and are not waited for. Should the cache not catch up before the
+operation's deadline, the task still completes (the cluster did change) and its history says so.
+
+Tasks live in this hub's memory: a restarted hub forgets them (Clouddriver's default in-memory
+task repository behaves the same), and the oldest finished ones go beyond `operations.maxTasks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cache import APPLICATION, CLUSTER, Cache
+from .operations import OperationReply, OperationRouter
+
+log = logging.getLogger("scaleagent.hub.tasks")
+
+RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
+
+PHASES = {
+    "deployManifest": "DEPLOY_KUBERNETES_MANIFEST",
+    "deleteManifest": "DELETE_KUBERNETES_MANIFEST",
+    "patchManifest": "PATCH_KUBERNETES_MANIFEST",
+    "scaleManifest": "SCALE_KUBERNETES_MANIFEST",
+    "undoRolloutManifest": "UNDO_ROLLOUT_KUBERNETES_MANIFEST",
+    "pauseRolloutManifest": "PAUSE_ROLLOUT_KUBERNETES_MANIFEST",
+    "resumeRolloutManifest": "RESUME_ROLLOUT_KUBERNETES_MANIFEST",
+    "rollingRestartManifest": "ROLLING_RESTART_KUBERNETES_MANIFEST",
+    "runJob": "RUN_KUBERNETES_JOB",
+}
+"""The operations `POST /kubernetes/ops` accepts, with the phase name their history uses."""
+
+ORCHESTRATION = "ORCHESTRATION"
+
+
+class BadOperations(ValueError):
+    """The request body is not a list of operations this hub runs; says what is wrong."""
+
+
+@dataclass
+class Operation:
+    type: str
+    account: str
+    description: dict[str, Any]
+
+
+@dataclass
+class Task:
+    id: str
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    state: str = RUNNING
+    history: list[dict[str, Any]] = field(default_factory=list)
+    result_objects: list[dict[str, Any]] = field(default_factory=list)
+    exception: dict[str, Any] | None = None
+    ended_ms: int | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    def log(self, phase: str, status: str) -> None:
+        self.history.append({"phase": phase, "status": status, "timestamp": int(time.time() * 1000)})
+
+    def finish(self, state: str, message: str) -> None:
+        self.log(ORCHESTRATION, message)
+        self.state, self.ended_ms = state, int(time.time() * 1000)
+        self.done.set()
+
+    def document(self) -> dict[str, Any]:
+        last = self.history[-1] if self.history else {"phase": ORCHESTRATION, "status": "Initializing Orchestration Task"}
+        doc: dict[str, Any] = {
+            "id": self.id, "state": self.state,
+            "status": {"phase": last["phase"], "status": last["status"], "completed": self.state != RUNNING,
+                       "failed": self.state == FAILED, "retryable": False},
+            "history": self.history, "resultObjects": self.result_objects, "startTimeMs": self.started_ms,
+        }
+        if self.ended_ms is not None:
+            doc["endTimeMs"] = self.ended_ms
+        if self.exception is not None:
+            doc["exception"] = self.exception
+        return doc
+
+
+def parse_operations(body: Any) -> list[Operation]:
+    """Clouddriver's `[{"deployManifest": {...}}, ...]`, checked whole: every problem is named."""
+    if not isinstance(body, list) or not body:
+        raise BadOperations('the body must be a non-empty JSON list of operations, e.g. [{"deployManifest": {...}}]')
+    problems, out = [], []
+    for i, item in enumerate(body):
+        where = f"operation {i + 1}"
+        if not isinstance(item, dict) or len(item) != 1:
+            problems.append(f"{where} must be an object with exactly one key, the operation type")
+            continue
+        (type_, description), = item.items()
+        if type_ not in PHASES:
+            problems.append(f"{where}: unknown operation type {type_!r}; this hub runs {', '.join(PHASES)}")
+            continue
+        if not isinstance(description, dict):
+            problems.append(f"{where} ({type_}) must be a JSON object")
+            continue
+        account = description.get("account") or description.get("credentials")
+        if not isinstance(account, str) or not account:
+            problems.append(f"{where} ({type_}): account is required (a string)")
+            continue
+        out.append(Operation(type_, account, description))
+    if problems:
+        raise BadOperations("; ".join(problems))
+    return out
+
+
+class TaskRunner:
+    """Creates tasks, runs their operations through the router, and keeps them for reading."""
+
+    def __init__(self, router: OperationRouter, cache: Cache, *, operation_wait_ms: int, max_tasks: int) -> None:
+        self.router = router
+        self.cache = cache
+        self.operation_wait = operation_wait_ms / 1000
+        self.max_tasks = max_tasks
+        self._tasks: OrderedDict[str, Task] = OrderedDict()
+        self._running: set[asyncio.Task[None]] = set()
+
+    def get(self, task_id: str) -> Task | None:
+        return self._tasks.get(task_id)
+
+    def submit(self, operations: list[Operation]) -> Task:
+        task = Task(uuid.uuid4().hex)
+        task.log(ORCHESTRATION, "Initializing Orchestration Task")
+        self._tasks[task.id] = task
+        self._evict()
+        runner = asyncio.get_running_loop().create_task(self._run(task, operations), name=f"task {task.id}")
+        self._running.add(runner)
+        runner.add_done_callback(self._running.discard)
+        return task
+
+    async def stop(self) -> None:
+        for t in list(self._running):
+            t.cancel()
+        if self._running:
+            await asyncio.wait(list(self._running))
+
+    def _evict(self) -> None:
+        if len(self._tasks) <= self.max_tasks:
+            return
+        for task_id in [i for i, t in self._tasks.items() if t.state != RUNNING][:len(self._tasks) - self.max_tasks]:
+            del self._tasks[task_id]
+
+    async def _run(self, task: Task, operations: list[Operation]) -> None:
+        try:
+            for op in operations:
+                if not await self._one(task, op):
+                    return
+            task.finish(COMPLETED, "Orchestration completed.")
+        except asyncio.CancelledError:
+            task.exception = {"message": "the hub stopped while the task ran", "code": 503,
+                              "reason": "ServiceUnavailable"}
+            task.finish(FAILED, "Orchestration failed.")
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug must still end the task, saying so
+            log.exception("task %s failed unexpectedly", task.id)
+            task.exception = {"message": f"the hub failed unexpectedly: {type(e).__name__}: {e}", "code": 500,
+                              "reason": "InternalError"}
+            task.finish(FAILED, "Orchestration failed.")
+
+    async def _one(self, task: Task, op: Operation) -> bool:
+        phase = PHASES[op.type]
+        task.log(phase, f"Sending {op.type} to the agent of account {op.account}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.operation_wait
+        reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait)
+        result = _result_object(op, reply)
+        if result:
+            task.result_objects.append(result)
+        if not reply.ok:
+            error = reply.error or {}
+            message = f"{op.type} on account {op.account} failed: {error.get('message') or 'no reason given'}"
+            task.log(phase, message)
+            task.exception = {"message": message, "code": error.get("code", 500),
+                              "reason": error.get("reason", ""), "operation": op.type, "account": op.account}
+            if "details" in error:
+                task.exception["details"] = error["details"]
+            log.info("task %s: %s", task.id, message)
+            task.finish(FAILED, "Orchestration failed.")
+            return False
+        task.log(phase, f"Agent {reply.agent_id} ran {op.type}: {_summary(op, reply)}")
+        if reply.expect:
+            missed = await self.cache.wait_for(op.account, reply.expect, deadline - loop.time())
+            if missed:
+                names = ", ".join(f"{x.kind} {x.name}" for x in missed[:5])
+                task.log(phase, f"Warning: the hub's cache did not show {len(missed)} change(s) within "
+                                f"operationWaitMs ({names}); reads may still return the former state")
+            else:
+                task.log(phase, "The hub's cache shows the changes")
+        return True
+
+
+def _prepared(op: Operation) -> dict[str, Any]:
+    """The description the agent gets: for a deploy with a moniker, Spinnaker's moniker
+    annotations are added to manifests that lack them, so the cache indexes them by application."""
+    d = dict(op.description)
+    moniker = d.get("moniker")
+    if op.type == "deployManifest" and isinstance(moniker, dict) and isinstance(moniker.get("app"), str):
+        manifests = []
+        for m in d.get("manifests") or []:
+            if isinstance(m, dict) and isinstance(m.get("metadata"), dict):
+                meta = dict(m["metadata"])
+                annotations = dict(meta.get("annotations") or {})
+                annotations.setdefault(APPLICATION, moniker["app"])
+                if isinstance(moniker.get("cluster"), str):
+                    annotations.setdefault(CLUSTER, moniker["cluster"])
+                meta["annotations"] = annotations
+                m = {**m, "metadata": meta}
+            manifests.append(m)
+        d["manifests"] = manifests
+    return d
+
+
+def _names_by_namespace(refs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in refs:
+        meta = r.get("metadata") if isinstance(r.get("metadata"), dict) else r
+        kind = str(r.get("kind") or "")
+        out.setdefault(str(meta.get("namespace") or ""), []).append(f"{kind[:1].lower()}{kind[1:]} {meta.get('name')}")
+    return out
+
+
+def _result_object(op: Operation, reply: OperationReply) -> dict[str, Any]:
+    """Clouddriver's result object for the operation (also for a failure: what was done before it)."""
+    if op.type == "deleteManifest":
+        deleted = reply.output.get("deletedManifests") or []
+        return {"manifestNamesByNamespace": _names_by_namespace(deleted), **reply.output}
+    if not reply.objects and not reply.output:
+        return {}
+    doc: dict[str, Any] = {"manifests": reply.objects, "manifestNamesByNamespace": _names_by_namespace(reply.objects)}
+    if op.type == "deployManifest":
+        doc["createdArtifacts"] = [_artifact(op.account, o) for o in reply.objects]
+        doc["boundArtifacts"] = []
+    return doc | reply.output
+
+
+def _artifact(account: str, obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    kind = str(obj.get("kind") or "")
+    return {"type": f"kubernetes/{kind[:1].lower()}{kind[1:]}", "name": meta.get("name"),
+            "location": meta.get("namespace") or "", "reference": meta.get("name"), "version": "",
+            "metadata": {"account": account}}
+
+
+def _summary(op: Operation, reply: OperationReply) -> str:
+    if op.type == "deleteManifest":
+        deleted = reply.output.get("deletedManifests") or []
+        return f"{len(deleted)} object(s) deleted" + (
+            f", {len(reply.output['alreadyGone'])} already gone" if reply.output.get("alreadyGone") else "")
+    names = [f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in reply.objects]
+    return ", ".join(names) or "done"

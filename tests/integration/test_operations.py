@@ -1,0 +1,380 @@
+"""Operations end to end: REST call to the hub, down the link, run by the agent against kubesim,
+and back, with the hub's cache showing the change when the task completes. Real processes,
+loopback TLS. Each test works in its own namespace."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml  # noqa: E402
+
+WAIT_MS = 8000  # the hub's operationWaitMs: long enough for kubesim, short enough to test a timeout
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_hub_pki(tmp_path_factory.mktemp("pki"))
+
+
+def start_hub(tmp_path: Path, pki, *, grace: float = 60) -> HubProcess:
+    doc = {"server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+           "sessions": {"graceSeconds": grace}, "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"},
+           "operations": {"operationWaitMs": WAIT_MS}}
+    return HubProcess(write_yaml(tmp_path / "hub.yaml", doc))
+
+
+def start_agent(tmp_path: Path, hub: HubProcess, pki, accounts: list[dict]) -> AgentProcess:
+    doc = {"kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1}, "server": {"port": 0},
+           "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}}}
+    return AgentProcess(write_yaml(tmp_path / "agent.yaml", doc), print_events=False)
+
+
+@pytest.fixture(scope="module")
+def stack(kubesim, pki, tmp_path_factory):
+    """A hub and an agent with three accounts: `ops` (admin, every kind), `limited` (kubesim's
+    limited identity, rights in team-a only) and `cms` (admin, following ConfigMaps only)."""
+    tmp = tmp_path_factory.mktemp("ops")
+    hub = start_hub(tmp, pki)
+    agent = start_agent(tmp, hub, pki, [
+        {"name": "ops", "kubeConfigFile": str(kubesim.admin(0))},
+        {"name": "limited", "kubeConfigFile": str(kubesim.limited(1))},
+        {"name": "cms", "kubeConfigFile": str(kubesim.admin(1)), "kinds": ["ConfigMap"]},
+    ])
+    agent.wait_health(lambda d: d["status"] == "ok" and len(d["accounts"]) == 3, timeout=90, what="all accounts watching")
+    hub.wait_until("/api/v1/accounts", lambda d: len(d) == 3 and all(a["agentState"] == "watching" for a in d),
+                   what="three accounts")
+    yield hub, agent
+    agent.stop()
+    hub.stop()
+
+
+@pytest.fixture
+def hub(stack) -> HubProcess:
+    return stack[0]
+
+
+@pytest.fixture
+def apps(kubesim) -> client.AppsV1Api:
+    return client.AppsV1Api(config.new_client_from_config(config_file=str(kubesim.admin(0))))
+
+
+@pytest.fixture
+def core(kubesim) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(config_file=str(kubesim.admin(0))))
+
+
+@pytest.fixture
+def ns(core):
+    name = f"ops-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+def deployment(name: str, image: str = "nginx:1.25", replicas: int = 2, **labels: str) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": {"app": name, **labels}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "web", "image": image}]}}}}
+
+
+def configmap(name: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+def deploy(hub: HubProcess, account: str, manifests: list[dict], **extra) -> dict:
+    return hub.run_task([{"deployManifest": {"account": account, "manifests": manifests, **extra}}])
+
+
+def cached(hub: HubProcess, account: str, kind: str, ns: str, name: str) -> dict | None:
+    items = hub.objects(account, f"?kind={kind}&namespace={ns}&name={name}")
+    return items[0] if items else None
+
+
+def completed(task: dict) -> dict:
+    assert task["state"] == "completed", task
+    assert task["status"]["completed"] and not task["status"]["failed"]
+    return task
+
+
+def failed(task: dict) -> str:
+    assert task["state"] == "failed", task
+    assert task["status"]["failed"]
+    return task["exception"]["message"]
+
+
+# ---- deploy --------------------------------------------------------------------------------------
+
+def test_deploy_applies_dependencies_first_and_the_cache_shows_it_on_completion(hub, ns):
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+              "stringData": {"password": "hunter2-" + ns}}
+    manifests = [deployment("web"), {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                                     "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}},
+                 configmap("settings", mode="fast"), secret]
+    task = completed(deploy(hub, "ops", manifests, namespaceOverride=ns, moniker={"app": "shop", "cluster": "web"}))
+    (result,) = task["resultObjects"]
+    assert [m["kind"] for m in result["manifests"]] == ["Secret", "ConfigMap", "Service", "Deployment"]
+    assert result["manifestNamesByNamespace"] == {ns: ["secret creds", "configMap settings", "service web",
+                                                       "deployment web"]}
+    assert "hunter2" not in str(task), "a Secret's value left the cluster"
+    applied = {m["kind"]: m for m in result["manifests"]}
+    # Read-your-writes: no waiting here, the task's completion promised it.
+    web = cached(hub, "ops", "Deployment", ns, "web")
+    assert web is not None and int(web["metadata"]["resourceVersion"]) >= \
+        int(applied["Deployment"]["metadata"]["resourceVersion"])
+    assert web["metadata"]["annotations"]["moniker.spinnaker.io/application"] == "shop"
+    assert [o["metadata"]["name"] for o in hub.objects("ops", f"?application=shop&namespace={ns}&kind=Deployment")] == ["web"]
+    assert any("cache shows the changes" in h["status"] for h in task["history"])
+    assert web["metadata"]["managedFields"][0]["manager"] == "scale-agent"
+
+
+def test_deploy_creates_the_namespace_it_deploys_into(hub, core):
+    name = f"fresh-{uuid.uuid4().hex[:6]}"
+    cm = {**configmap("inside", a="1"), "metadata": {"name": "inside", "namespace": name}}
+    try:
+        task = completed(deploy(hub, "ops", [cm, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}]))
+        assert [m["kind"] for m in task["resultObjects"][0]["manifests"]] == ["Namespace", "ConfigMap"]
+        assert core.read_namespaced_config_map("inside", name).data == {"a": "1"}
+    finally:
+        core.delete_namespace(name)
+
+
+def test_a_redeploy_updates_in_place(hub, ns, apps):
+    completed(deploy(hub, "ops", [deployment("app", image="nginx:1")], namespaceOverride=ns))
+    completed(deploy(hub, "ops", [deployment("app", image="nginx:2")], namespaceOverride=ns))
+    assert apps.read_namespaced_deployment("app", ns).spec.template.spec.containers[0].image == "nginx:2"
+    assert cached(hub, "ops", "Deployment", ns, "app")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+
+
+def test_kinds_the_agent_does_not_cache_can_still_be_deployed(hub, kubesim):
+    apps1 = client.AppsV1Api(config.new_client_from_config(config_file=str(kubesim.admin(1))))
+    task = completed(deploy(hub, "cms", [deployment("uncached"), configmap("cached", x="1")]))
+    assert apps1.read_namespaced_deployment("uncached", "default").spec.replicas == 2
+    assert cached(hub, "cms", "ConfigMap", "default", "cached")["data"] == {"x": "1"}
+    assert hub.objects("cms", "?kind=Deployment") == []
+    assert task["resultObjects"][0]["manifestNamesByNamespace"] == {"default": ["configMap cached", "deployment uncached"]}
+    apps1.delete_namespaced_deployment("uncached", "default")
+
+
+# ---- patch, scale, rollouts ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy, body", [
+    ("strategic", {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:patched"}]}}}}),
+    ("merge", {"metadata": {"labels": {"patched": "yes"}}}),
+    ("json", [{"op": "add", "path": "/metadata/labels/patched", "value": "yes"}]),
+])
+def test_patch_manifest(hub, ns, apps, strategy, body):
+    completed(deploy(hub, "ops", [deployment("p")], namespaceOverride=ns))
+    task = completed(hub.run_task([{"patchManifest": {"account": "ops", "manifestName": "deployment p", "location": ns,
+                                                      "patchBody": body, "options": {"mergeStrategy": strategy}}}]))
+    live = apps.read_namespaced_deployment("p", ns)
+    if strategy == "strategic":
+        assert [c.image for c in live.spec.template.spec.containers] == ["nginx:patched"]
+    else:
+        assert live.metadata.labels["patched"] == "yes"
+    patched = task["resultObjects"][0]["manifests"][0]
+    assert cached(hub, "ops", "Deployment", ns, "p")["metadata"]["resourceVersion"] >= patched["metadata"]["resourceVersion"]
+
+
+def test_scale_manifest(hub, ns, apps):
+    completed(deploy(hub, "ops", [deployment("s", replicas=1)], namespaceOverride=ns))
+    completed(hub.run_task([{"scaleManifest": {"account": "ops", "manifestName": "deployment s", "location": ns,
+                                               "replicas": 4}}]))
+    assert apps.read_namespaced_deployment("s", ns).spec.replicas == 4
+    assert cached(hub, "ops", "Deployment", ns, "s")["spec"]["replicas"] == 4
+
+
+def test_undo_rollout_to_a_previous_revision(hub, ns, apps):
+    for image in ("nginx:1", "nginx:2", "nginx:3"):
+        completed(deploy(hub, "ops", [deployment("r", image=image)], namespaceOverride=ns))
+    undo = {"account": "ops", "manifestName": "deployment r", "location": ns}
+
+    def image() -> str:
+        return apps.read_namespaced_deployment("r", ns).spec.template.spec.containers[0].image
+
+    task = completed(hub.run_task([{"undoRolloutManifest": {**undo, "revision": 1}}]))
+    assert task["resultObjects"][0]["revision"] == 1
+    assert image() == "nginx:1"
+    assert cached(hub, "ops", "Deployment", ns, "r")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1"
+    # Revision 1 became revision 4; the previous one is now nginx:3's.
+    completed(hub.run_task([{"undoRolloutManifest": undo}]))
+    assert image() == "nginx:3"
+    message = failed(hub.run_task([{"undoRolloutManifest": {**undo, "revision": 99}}]))
+    assert "revision 99" in message and "not found" in message
+
+
+def test_pause_resume_and_rolling_restart(hub, ns, apps):
+    completed(deploy(hub, "ops", [deployment("pr")], namespaceOverride=ns))
+    target = {"account": "ops", "manifestName": "deployment pr", "location": ns}
+    completed(hub.run_task([{"pauseRolloutManifest": target}]))
+    assert apps.read_namespaced_deployment("pr", ns).spec.paused is True
+    assert cached(hub, "ops", "Deployment", ns, "pr")["spec"]["paused"] is True
+    message = failed(hub.run_task([{"undoRolloutManifest": target}]))
+    assert "paused" in message
+    completed(hub.run_task([{"resumeRolloutManifest": target}]))
+    assert not apps.read_namespaced_deployment("pr", ns).spec.paused
+    completed(hub.run_task([{"rollingRestartManifest": target}]))
+    annotations = apps.read_namespaced_deployment("pr", ns).spec.template.metadata.annotations
+    assert "kubectl.kubernetes.io/restartedAt" in annotations
+    assert "kubectl.kubernetes.io/restartedAt" in \
+        cached(hub, "ops", "Deployment", ns, "pr")["spec"]["template"]["metadata"]["annotations"]
+
+
+# ---- delete --------------------------------------------------------------------------------------
+
+def test_delete_by_name_waits_until_gone(hub, ns, apps, core):
+    completed(deploy(hub, "ops", [deployment("d")], namespaceOverride=ns))
+    hub.wait_until(f"/api/v1/accounts/ops/objects?kind=Pod&namespace={ns}", lambda d: len(d["items"]) == 2,
+                   what="the deployment's pods")
+    task = completed(hub.run_task([{"deleteManifest": {
+        "account": "ops", "manifestName": "deployment d", "location": ns,
+        "options": {"propagationPolicy": "Foreground", "gracePeriodSeconds": 0}}}]))
+    assert task["resultObjects"][0]["manifestNamesByNamespace"] == {ns: ["deployment d"]}
+    assert apps.list_namespaced_deployment(ns).items == []
+    assert core.list_namespaced_pod(ns).items == [], "foreground deletion returns once the dependents are gone"
+    assert cached(hub, "ops", "Deployment", ns, "d") is None
+
+
+def test_delete_by_label_selector(hub, ns, core):
+    completed(deploy(hub, "ops", [{**configmap(f"c{i}"), "metadata": {"name": f"c{i}", "labels": {"tier": tier}}}
+                                  for i, tier in enumerate(["a", "a", "b"])], namespaceOverride=ns))
+    task = completed(hub.run_task([{"deleteManifest": {"account": "ops", "kinds": ["configMap"], "location": ns,
+                                                       "labelSelector": "tier=a"}}]))
+    assert sorted(task["resultObjects"][0]["manifestNamesByNamespace"][ns]) == ["configMap c0", "configMap c1"]
+    assert [c.metadata.name for c in core.list_namespaced_config_map(ns).items] == ["c2"]
+    assert [o["metadata"]["name"] for o in hub.objects("ops", f"?kind=ConfigMap&namespace={ns}")] == ["c2"]
+
+
+def test_deleting_what_is_not_there_completes(hub, ns):
+    task = completed(hub.run_task([{"deleteManifest": {"account": "ops", "manifestName": "configMap ghost",
+                                                       "location": ns}}]))
+    assert task["resultObjects"][0]["alreadyGone"][0]["name"] == "ghost"
+
+
+# ---- jobs and logs -------------------------------------------------------------------------------
+
+def test_run_job_reports_completion_and_logs(hub, ns):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "migrate-"},
+           "spec": {"template": {"metadata": {"annotations": {"kubesim.scale-agent.io/log.main": "migrated 42 rows\n"}},
+                                 "spec": {"restartPolicy": "Never",
+                                          "containers": [{"name": "main", "image": "busybox"}]}}}}
+    task = completed(hub.run_task([{"runJob": {"account": "ops", "manifest": job, "namespace": ns}}]))
+    (result,) = task["resultObjects"]
+    assert result["jobStatus"]["status"] == "succeeded"
+    name = result["jobStatus"]["name"]
+    assert name.startswith("migrate-")
+    (pod_logs,) = result["logs"].values()
+    assert pod_logs == {"main": "migrated 42 rows\n"}
+    (pod,) = result["logs"]
+    with __import__("urllib.request").request.urlopen(
+            f"{hub.url}/api/v1/accounts/ops/namespaces/{ns}/pods/{pod}/log", timeout=10) as r:
+        assert r.read().decode() == "migrated 42 rows\n"
+    assert cached(hub, "ops", "Job", ns, name)["status"]["succeeded"] == 1
+
+
+# ---- on-demand cache refresh ---------------------------------------------------------------------
+
+def test_force_cache_refresh_after_an_operation_answers_at_once(hub, ns, core):
+    task = completed(deploy(hub, "ops", [configmap("fresh", v="1")], namespaceOverride=ns))
+    rv = task["resultObjects"][0]["manifests"][0]["metadata"]["resourceVersion"]
+    status, doc = hub.post("/cache/kubernetes/manifest", {"account": "ops", "location": ns, "name": "configMap fresh",
+                                                          "resourceVersion": rv})
+    assert (status, doc["status"], doc["resourceVersion"]) == (200, "cached", rv)
+    # A change made behind the hub's back: the refresh reads the live object and waits for it.
+    changed = core.patch_namespaced_config_map("fresh", ns, {"data": {"v": "2"}})
+    status, doc = hub.post("/cache/kubernetes/manifest", {"account": "ops", "location": ns, "name": "configMap fresh",
+                                                          "resourceVersion": changed.metadata.resource_version})
+    assert status == 200 and doc["resourceVersion"] == changed.metadata.resource_version
+    assert cached(hub, "ops", "ConfigMap", ns, "fresh")["data"] == {"v": "2"}
+
+
+# ---- many at once --------------------------------------------------------------------------------
+
+def test_a_slow_operation_does_not_hold_up_others(hub, ns, core):
+    """A delete held by a finalizer waits until its deadline; a deploy sent meanwhile completes."""
+    completed(deploy(hub, "ops", [{**configmap("held"), "metadata": {"name": "held", "finalizers": ["test/hold"]}}],
+                     namespaceOverride=ns))
+    results: dict = {}
+    slow = threading.Thread(target=lambda: results.setdefault("delete", hub.run_task([{"deleteManifest": {
+        "account": "ops", "manifestName": "configMap held", "location": ns}}])))
+    slow.start()
+    hub.wait_until("/api/v1/accounts/ops/objects?kind=ConfigMap&namespace=" + ns + "&name=held",
+                   lambda d: d["items"] and d["items"][0]["metadata"].get("deletionTimestamp"), what="the delete started")
+    completed(deploy(hub, "ops", [configmap("quick")], namespaceOverride=ns))
+    assert slow.is_alive(), "the deploy completed while the delete was still waiting"
+    slow.join(60)
+    message = failed(results["delete"])
+    assert "deadline" in message and "waiting for configmap held" in message
+    core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+def test_malformed_requests_are_refused_with_the_reason(hub):
+    for body, words in [({"deployManifest": {}}, "non-empty JSON list"),
+                        ([{"frobnicate": {"account": "ops"}}], "unknown operation type 'frobnicate'"),
+                        ([{"deployManifest": {"manifests": []}}], "account is required")]:
+        status, doc = hub.post("/kubernetes/ops", body)
+        assert status == 400 and words in doc["error"], (body, doc)
+    status, doc = hub.get("/task/nope")
+    assert status == 404
+
+
+@pytest.mark.parametrize("manifest, words", [
+    ({"apiVersion": "v1", "metadata": {"name": "x"}}, "kind is missing"),
+    ({"apiVersion": "apps/v9", "kind": "Deployment", "metadata": {"name": "x"}}, "apiVersion 'apps/v9' is not served"),
+    ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "dta": {"a": "b"}}, 'unknown field "dta"'),
+])
+def test_invalid_manifests_fail_the_task(hub, ns, core, manifest, words):
+    message = failed(deploy(hub, "ops", [manifest], namespaceOverride=ns))
+    assert words in message
+    assert core.list_namespaced_config_map(ns).items == []
+
+
+def test_a_partly_applied_deploy_says_what_was_applied(hub, ns, core):
+    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"}, "spec": {"replicaz": 3}}
+    task = deploy(hub, "ops", [configmap("good"), bad, {"apiVersion": "v1", "kind": "Service",
+                                                        "metadata": {"name": "svc"}, "spec": {"ports": [{"port": 1}]}}],
+                  namespaceOverride=ns)
+    message = failed(task)
+    assert 'unknown field "spec.replicaz"' in message
+    (result,) = task["resultObjects"]
+    assert result["manifestNamesByNamespace"] == {ns: ["configMap good", "service svc"]}
+    assert result["failedManifest"] == "deployment bad" and result["notApplied"] == []
+    assert "applied before it: configMap good, service svc" in message
+    assert sorted(c.metadata.name for c in core.list_namespaced_config_map(ns).items) == ["good"]
+
+
+def test_an_unknown_account_fails_the_task(hub):
+    message = failed(deploy(hub, "nobody", [configmap("x")]))
+    assert "no agent serves account 'nobody'" in message
+
+
+def test_a_namespace_the_identity_may_not_write_fails_with_forbidden(hub, kubesim):
+    task = deploy(hub, "limited", [configmap("nope")], namespaceOverride="default")
+    message = failed(task)
+    assert task["exception"]["code"] == 403 and "forbidden" in message.lower()
+    assert completed(deploy(hub, "limited", [configmap(f"ok-{uuid.uuid4().hex[:6]}")], namespaceOverride="team-a"))
+
+
+def test_an_account_whose_agent_is_gone_fails_the_task(kubesim, pki, tmp_path):
+    hub = start_hub(tmp_path, pki, grace=300)
+    agent = start_agent(tmp_path, hub, pki, [{"name": "gone", "kubeConfigFile": str(kubesim.admin(1)),
+                                              "kinds": ["ConfigMap"]}])
+    try:
+        hub.wait_until("/api/v1/accounts/gone", lambda d: d["agentState"] == "watching", what="the account")
+        agent.stop()
+        hub.wait_until("/api/v1/accounts/gone", lambda d: d["state"] == "DISCONNECTED", what="the agent gone")
+        message = failed(deploy(hub, "gone", [configmap("x")]))
+        assert "disconnected" in message
+    finally:
+        agent.stop()
+        hub.stop()
