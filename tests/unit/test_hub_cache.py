@@ -414,3 +414,62 @@ async def test_close_unsubscribes():
     c.apply("a", [added("Pod", "p")])
     assert pending(sub) == []
     assert [x async for x in sub] == []
+
+
+# ---- read-your-writes ----------------------------------------------------------------------------
+
+def expect(kind: str, name: str, rv: str = "", ns: str = "default", deleted: bool = False) -> pb.CacheExpectation:
+    return pb.CacheExpectation(group=GROUPS.get(kind, ""), kind=kind, namespace=ns, name=name,
+                               resource_version=rv, deleted=deleted)
+
+
+def test_reached_compares_versions_as_numbers_and_deletions_by_absence():
+    c = Cache()
+    c.apply("a", [added("Deployment", "web", rv="10")])
+    assert c.reached("a", expect("Deployment", "web", "9"))
+    assert c.reached("a", expect("Deployment", "web", "10"))
+    assert not c.reached("a", expect("Deployment", "web", "11"))
+    assert not c.reached("a", expect("Deployment", "web", deleted=True))
+    assert c.reached("a", expect("Deployment", "gone", deleted=True))
+    assert not c.reached("b", expect("Deployment", "web", "1")), "another account's objects do not count"
+    c.apply("a", [added("ConfigMap", "opaque", rv="abc")])
+    assert c.reached("a", expect("ConfigMap", "opaque", "abc"))
+    assert not c.reached("a", expect("ConfigMap", "opaque", "abd")), "non-numeric versions only match exactly"
+
+
+async def test_wait_for_returns_when_the_events_arrive():
+    c = Cache()
+    c.apply("a", [added("Deployment", "web", rv="5"), added("ConfigMap", "old", rv="6")])
+    waiting = asyncio.create_task(c.wait_for("a", [expect("Deployment", "web", "8"),
+                                                   expect("ConfigMap", "old", deleted=True)], timeout=30))
+    await asyncio.sleep(0)
+    c.apply("a", [modified("Deployment", "web", rv="7")])
+    await asyncio.sleep(0)
+    assert not waiting.done(), "version 7 is not yet the 8 the operation produced"
+    c.apply("a", [modified("Deployment", "web", rv="8"), deleted("ConfigMap", "old", rv="9")])
+    assert await asyncio.wait_for(waiting, 5) == []
+    assert c._waiters == {}, "waiters are forgotten once done"
+
+
+async def test_wait_for_counts_an_object_changed_and_deleted_since_and_times_out_otherwise():
+    c = Cache()
+    c.apply("a", [added("ConfigMap", "brief", rv="1")])
+    waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "brief", "3")], timeout=30))
+    await asyncio.sleep(0)
+    c.apply("a", [deleted("ConfigMap", "brief", rv="4")])
+    assert await asyncio.wait_for(waiting, 5) == []
+    missed = await c.wait_for("a", [expect("ConfigMap", "never", "2")], timeout=0.05)
+    assert [m.name for m in missed] == ["never"]
+
+
+async def test_wait_for_sees_a_snapshot_sweep_and_a_dropped_account():
+    c = Cache()
+    c.apply("a", [added("ConfigMap", "stale", rv="1"), added("ConfigMap", "kept", rv="1")])
+    waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "stale", deleted=True)], timeout=30))
+    await asyncio.sleep(0)
+    c.apply("a", [begin("ConfigMap"), added("ConfigMap", "kept", rv="1"), end("ConfigMap")])
+    assert await asyncio.wait_for(waiting, 5) == []
+    waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "kept", deleted=True)], timeout=30))
+    await asyncio.sleep(0)
+    c.drop_account("a")
+    assert await asyncio.wait_for(waiting, 5) == []

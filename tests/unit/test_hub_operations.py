@@ -1,0 +1,111 @@
+"""The hub's side of operations: request parsing, routing to an agent's session, task documents."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from scaleagent.hub.cache import Cache
+from scaleagent.hub.operations import OperationRouter
+from scaleagent.hub.registry import Registry, Session
+from scaleagent.hub.tasks import BadOperations, TaskRunner, parse_operations
+from scaleagent.protocol import pb
+
+
+def registry_with(account: str = "prod") -> tuple[Registry, Session, list[pb.Operation]]:
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    session = registry.open(Session(agent_id="agent-1", zone_id="", agent_version="test", peer="test", replica="r"))
+    registry.describe(session, account, api_host="https://k", fingerprint="AA", server_version="v1.30.0",
+                      agent_state="watching", reason="", kinds=["ConfigMap"], properties={})
+    sent: list[pb.Operation] = []
+    session.operate = sent.append
+    return registry, session, sent
+
+
+@pytest.mark.parametrize("body, words", [
+    ({}, "non-empty JSON list"),
+    ([], "non-empty JSON list"),
+    ([{"deployManifest": {}, "scaleManifest": {}}], "exactly one key"),
+    ([{"deployManifests": {"account": "a"}}], "unknown operation type 'deployManifests'"),
+    ([{"deployManifest": []}], "must be a JSON object"),
+    ([{"deployManifest": {"account": 5}}], "account is required"),
+])
+def test_malformed_operation_lists_are_refused(body, words):
+    with pytest.raises(BadOperations, match=words):
+        parse_operations(body)
+
+
+def test_every_problem_of_a_list_is_named_and_credentials_stand_for_account():
+    with pytest.raises(BadOperations) as e:
+        parse_operations([{"nope": {}}, {"deployManifest": {}}])
+    assert "operation 1" in str(e.value) and "operation 2" in str(e.value)
+    (op,) = parse_operations([{"scaleManifest": {"credentials": "prod", "replicas": 2}}])
+    assert (op.type, op.account) == ("scaleManifest", "prod")
+
+
+async def test_an_operation_goes_to_the_account_s_session_and_its_result_comes_back():
+    registry, session, sent = registry_with()
+    router = OperationRouter(registry)
+    running = asyncio.create_task(router.run("prod", "scaleManifest", {"replicas": 3}, timeout=30))
+    await asyncio.sleep(0)
+    (op,) = sent
+    assert (op.account, op.type, orjson.loads(op.request)) == ("prod", "scaleManifest", {"replicas": 3})
+    assert op.deadline_unix_ms > 0
+    router.result(session, pb.OperationResult(id=op.id, ok=True, objects=b'[{"kind": "Deployment"}]', output=b"{}"))
+    reply = await asyncio.wait_for(running, 5)
+    assert reply.ok and reply.objects == [{"kind": "Deployment"}] and reply.agent_id == "agent-1"
+
+
+async def test_a_session_that_ends_fails_its_operations_at_once():
+    registry, session, sent = registry_with()
+    router = OperationRouter(registry)
+    running = asyncio.create_task(router.run("prod", "deployManifest", {}, timeout=30))
+    await asyncio.sleep(0)
+    registry.close(session)
+    reply = await asyncio.wait_for(running, 5)
+    assert not reply.ok and "disconnected before answering" in reply.error["message"]
+
+
+async def test_unknown_accounts_agents_without_a_stream_and_malformed_results():
+    registry, session, sent = registry_with()
+    router = OperationRouter(registry)
+    reply = await router.run("other", "deployManifest", {}, timeout=1)
+    assert reply.error["code"] == 404 and "no agent serves account 'other'" in reply.error["message"]
+    session.operate = None
+    reply = await router.run("prod", "deployManifest", {}, timeout=1)
+    assert reply.error["code"] == 503 and "no Operations stream" in reply.error["message"]
+    session.operate = sent.append
+    running = asyncio.create_task(router.run("prod", "deployManifest", {}, timeout=30))
+    await asyncio.sleep(0)
+    router.result(session, pb.OperationResult(id=sent[-1].id, ok=True, objects=b"{not json"))
+    reply = await asyncio.wait_for(running, 5)
+    assert reply.error["code"] == 502 and "malformed result" in reply.error["message"]
+
+
+async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did():
+    registry, session, sent = registry_with()
+    router = OperationRouter(registry)
+    runner = TaskRunner(router, registry.cache, operation_wait_ms=30_000, max_tasks=10)
+    task = runner.submit(parse_operations([
+        {"deployManifest": {"account": "prod", "manifests": []}},
+        {"scaleManifest": {"account": "prod"}},
+    ]))
+    for _ in range(100):
+        if sent:
+            break
+        await asyncio.sleep(0)
+    obj = {"kind": "ConfigMap", "metadata": {"name": "good", "namespace": "ns"}}
+    router.result(session, pb.OperationResult(
+        id=sent[0].id, ok=False, objects=orjson.dumps([obj]),
+        output=orjson.dumps({"failedManifest": "deployment bad", "notApplied": []}),
+        error=pb.Status(code=400, reason="BadRequest", message="deployment bad: unknown field")))
+    await asyncio.wait_for(task.done.wait(), 5)
+    doc = task.document()
+    assert doc["state"] == "failed" and doc["status"]["failed"] and len(sent) == 1
+    assert doc["exception"]["code"] == 400 and "unknown field" in doc["exception"]["message"]
+    (result,) = doc["resultObjects"]
+    assert result["manifestNamesByNamespace"] == {"ns": ["configMap good"]}
+    assert result["failedManifest"] == "deployment bad"
+    assert doc["history"][-1]["status"] == "Orchestration failed."
