@@ -378,3 +378,17 @@ def test_an_account_whose_agent_is_gone_fails_the_task(kubesim, pki, tmp_path):
     finally:
         agent.stop()
         hub.stop()
+
+
+def test_metrics_count_tasks_and_operations(hub):
+    import re
+    import urllib.request
+
+    completed(deploy(hub, "ops", [configmap(f"m-{uuid.uuid4().hex[:6]}")]))
+    failed(deploy(hub, "nobody", [configmap("x")]))
+    with urllib.request.urlopen(hub.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    done = float(re.search(r'scale_agent_hub_tasks_ended_total\{state="completed"\} (\S+)', text).group(1))
+    bad = float(re.search(r'scale_agent_hub_tasks_ended_total\{state="failed"\} (\S+)', text).group(1))
+    sent = float(re.search(r"^scale_agent_hub_operations_sent_total (\S+)", text, re.M).group(1))
+    assert done >= 1 and bad >= 1 and sent >= done

@@ -232,3 +232,11 @@ class _Collector:
         yield events
         yield CounterMetricFamily("scale_agent_hub_refused_streams", "Agent streams refused (auth, protocol, input)",
                                   value=self.hub.link.refused)
+        tasks = self.hub.tasks
+        yield GaugeMetricFamily("scale_agent_hub_tasks_running", "Operation tasks running", value=tasks.running)
+        ended = CounterMetricFamily("scale_agent_hub_tasks_ended", "Operation tasks ended", labels=["state"])
+        for state, n in tasks.ended.items():
+            ended.add_metric([state], n)
+        yield ended
+        yield CounterMetricFamily("scale_agent_hub_operations_sent", "Operations sent to agents",
+                                  value=self.hub.operations.sent)

@@ -130,6 +130,11 @@ class TaskRunner:
         self.max_tasks = max_tasks
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
+        self.ended = {COMPLETED: 0, FAILED: 0}  # tasks ended since the start, for /metrics
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
 
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
@@ -157,6 +162,13 @@ class TaskRunner:
             del self._tasks[task_id]
 
     async def _run(self, task: Task, operations: list[Operation]) -> None:
+        try:
+            await self._operations(task, operations)
+        finally:
+            if task.state in self.ended:
+                self.ended[task.state] += 1
+
+    async def _operations(self, task: Task, operations: list[Operation]) -> None:
         try:
             for op in operations:
                 if not await self._one(task, op):
