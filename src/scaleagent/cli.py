@@ -9,6 +9,7 @@ import sys
 from . import __version__
 from . import accounts_cli
 from . import demo as demo_command
+from . import manifest_cli
 from .agent import command as agent_command
 from .hub import command as hub_command
 from .kubesim import command as kubesim_command
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub_command.add_parser(sub)
     demo_command.add_parser(sub)
     accounts_cli.add_parser(sub)
+    manifest_cli.add_parsers(sub)
     kubesim_command.add_parser(sub)
     return parser
 

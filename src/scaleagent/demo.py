@@ -167,7 +167,15 @@ class Demo:
                 with contextlib.suppress(asyncio.CancelledError):
                     await child.pump
 
+    def _write_example(self) -> Path:
+        """A manifest to deploy through the hub, so the welcome's apply line works as printed."""
+        path = self.dir / "hello.yaml"
+        path.write_text(HELLO_MANIFEST)
+        return path
+
     def _print_welcome(self, http: str, grpc_target: str, health: str) -> None:
+        example = self._write_example()
+        cli = f"{Path(sys.executable).parent / 'scale-agent'}"
         print(f"""
 Scale Agent demo is running: 3 simulated clusters -> 1 agent -> 1 hub.
 
@@ -185,8 +193,41 @@ Try:
   curl -sN '{http}/api/v1/watch?kind=Deployment'        # every change, all clusters (Ctrl-C to stop)
   kubectl --kubeconfig {self.dir / 'kubesim'}/kubesim-0.yaml get deployments -A
 
+Deploy through the hub (the agent applies it; the task completes once the hub's cache shows it):
+  {cli} apply -f {example} --account cluster-1 --hub {http}
+  {cli} get deployments --all-accounts -l app=hello --hub {http}
+  {cli} delete -f {example} --account cluster-1 --hub {http}
+
 Ctrl-C stops everything.
 """, flush=True)
+
+
+HELLO_MANIFEST = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: hello
+  labels: {app: hello}
+data:
+  greeting: hello from Scale Agent
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: hello
+  labels: {app: hello}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: hello}
+  template:
+    metadata:
+      labels: {app: hello}
+    spec:
+      containers:
+        - name: hello
+          image: nginx:1.27
+"""
 
 
 class DemoFailed(Exception):

@@ -4,16 +4,19 @@ loopback TLS. Each test works in its own namespace."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml  # noqa: E402
+from helpers import CLI, AgentProcess, HubProcess, make_hub_pki, write_yaml  # noqa: E402
 
 WAIT_MS = 8000  # the hub's operationWaitMs: long enough for kubesim, short enough to test a timeout
 
@@ -392,3 +395,33 @@ def test_metrics_count_tasks_and_operations(hub):
     bad = float(re.search(r'scale_agent_hub_tasks_ended_total\{state="failed"\} (\S+)', text).group(1))
     sent = float(re.search(r"^scale_agent_hub_operations_sent_total (\S+)", text, re.M).group(1))
     assert done >= 1 and bad >= 1 and sent >= done
+
+
+# ---- the CLI -------------------------------------------------------------------------------------
+
+def cli(hub: HubProcess, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args, "--hub", hub.url], input=stdin, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_apply_and_delete(hub, ns, apps, tmp_path):
+    manifest = tmp_path / "app.yaml"
+    manifest.write_text(yaml.safe_dump_all([deployment("cli-web"), configmap("cli-settings", a="1")]))
+    done = cli(hub, "apply", "-f", str(manifest), "--account", "ops", "-n", ns)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["configmap/cli-settings serverside-applied",
+                                        "deployment.apps/cli-web serverside-applied"]
+    assert apps.read_namespaced_deployment("cli-web", ns).spec.replicas == 2
+    got = cli(hub, "get", "deployment", "cli-web", "--account", "ops", "-n", ns)
+    assert got.returncode == 0 and got.stdout.split()[:6] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE",
+                                                             "cli-web"]
+    gone = cli(hub, "delete", "deployment", "cli-web", "--account", "ops", "-n", ns)
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.strip() == 'deployment.apps "cli-web" deleted'
+    assert apps.list_namespaced_deployment(ns).items == []
+
+
+def test_cli_apply_reports_a_refusal(hub, ns):
+    bad = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad"}, "dta": {}}
+    done = cli(hub, "apply", "-f", "-", "--account", "ops", "-n", ns, stdin=json.dumps(bad))
+    assert done.returncode == 1
+    assert 'unknown field "dta"' in done.stderr and done.stderr.startswith("error:"), done.stderr

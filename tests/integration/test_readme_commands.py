@@ -43,6 +43,13 @@ def test_demo_shows_three_clusters_in_one_hub_and_stops_cleanly_on_ctrl_c(tmp_pa
             time.sleep(0.2)
         assert {a["name"] for a in accounts} == {"cluster-0", "cluster-1", "cluster-2"}
         assert _get(http + "/api/v1/accounts/cluster-0/objects?kind=Namespace")["items"]
+        apply_line = re.search(r"^\s+(\S+ apply -f .*)$", text, re.M).group(1)
+        applied = subprocess.run(apply_line.split(), capture_output=True, text=True, timeout=120)
+        assert applied.returncode == 0, applied.stderr
+        assert "deployment.apps/hello serverside-applied" in applied.stdout
+        assert [d["metadata"]["name"] for d in
+                _get(http + "/api/v1/accounts/cluster-1/objects?kind=Deployment&labelSelector=app%3Dhello")["items"]] \
+            == ["hello"]
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0
