@@ -85,3 +85,19 @@ async def test_results_list_cache_expectations_only_for_what_the_agent_follows(m
     bad = await executor.run(pb.Operation(id="x", account="c1", type="scaleManifest", request=b"{oops",
                                           deadline_unix_ms=int((time.time() + 10) * 1000)))
     assert bad.error.code == 400 and "not valid JSON" in bad.error.message
+
+
+@pytest.mark.parametrize("type_, request_, words", [
+    ("bogus", {}, "unknown operation type 'bogus'"),
+    ("runJob", {"manifest": {"apiVersion": "batch/v1", "kind": "Job", "metadata": "x"}}, "metadata must be an object"),
+    ("deployManifest", {"manifests": [{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                                       "metadata": {"name": "x"}, "spec": []}, {"kind": "Widget"}]}, "apiVersion is missing"),
+    ("scaleManifest", {"manifestName": "deployment", "replicas": 1}, 'must be "kind name"'),
+    ("scaleManifest", {"manifestName": "frobnitz web", "replicas": 1}, "kind 'frobnitz' is not served"),
+])
+async def test_bad_descriptions_are_refused_with_the_reason(manager, type_, request_, words):
+    executor = OperationExecutor(manager)
+    result = await executor.run(pb.Operation(id="x", account="c1", type=type_, request=orjson.dumps(request_),
+                                             timeout_ms=10_000))
+    assert (result.ok, result.error.code) == (False, 400), result.error
+    assert words in result.error.message

@@ -139,6 +139,13 @@ def test_deploy_applies_dependencies_first_and_the_cache_shows_it_on_completion(
     assert web["metadata"]["managedFields"][0]["manager"] == "scale-agent"
 
 
+def test_a_single_manifest_with_a_moniker(hub, ns):
+    task = completed(hub.run_task([{"deployManifest": {"account": "ops", "manifest": configmap("one"),
+                                                       "namespaceOverride": ns, "moniker": {"app": "solo"}}}]))
+    assert task["resultObjects"][0]["manifestNamesByNamespace"] == {ns: ["configMap one"]}
+    assert [o["metadata"]["name"] for o in hub.objects("ops", f"?application=solo&namespace={ns}")] == ["one"]
+
+
 def test_deploy_creates_the_namespace_it_deploys_into(hub, core):
     name = f"fresh-{uuid.uuid4().hex[:6]}"
     cm = {**configmap("inside", a="1"), "metadata": {"name": "inside", "namespace": name}}
@@ -281,6 +288,10 @@ def test_run_job_reports_completion_and_logs(hub, ns):
             f"{hub.url}/api/v1/accounts/ops/namespaces/{ns}/pods/{pod}/log", timeout=10) as r:
         assert r.read().decode() == "migrated 42 rows\n"
     assert cached(hub, "ops", "Job", ns, name)["status"]["succeeded"] == 1
+    # Deleting a Job takes its pods along (Background, as kubectl; the server's default would orphan them).
+    completed(hub.run_task([{"deleteManifest": {"account": "ops", "manifestName": f"job {name}", "location": ns}}]))
+    hub.wait_until(f"/api/v1/accounts/ops/objects?kind=Pod&namespace={ns}", lambda d: d["items"] == [],
+                   what="the job's pod collected")
 
 
 # ---- on-demand cache refresh ---------------------------------------------------------------------

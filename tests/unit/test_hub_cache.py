@@ -473,3 +473,14 @@ async def test_wait_for_sees_a_snapshot_sweep_and_a_dropped_account():
     await asyncio.sleep(0)
     c.drop_account("a")
     assert await asyncio.wait_for(waiting, 5) == []
+
+
+def test_a_deleted_object_recreated_under_its_name_counts_as_gone():
+    c = Cache()
+    old = orjson.dumps({"metadata": {"name": "web-0", "namespace": "default", "uid": "u1", "resourceVersion": "5"}})
+    new = orjson.dumps({"metadata": {"name": "web-0", "namespace": "default", "uid": "u2", "resourceVersion": "9"}})
+    c.apply("a", [added("Pod", "web-0", rv="5", obj=old)])
+    gone = pb.CacheExpectation(kind="Pod", namespace="default", name="web-0", deleted=True, uid="u1")
+    assert not c.reached("a", gone)
+    c.apply("a", [modified("Pod", "web-0", rv="9", obj=new)])
+    assert c.reached("a", gone)

@@ -30,6 +30,10 @@ from .scrub import scrub_secret
 log = logging.getLogger("scaleagent.agent.executor")
 
 DEFAULT_MAX_CONCURRENT = 16
+# Results stay below this and below the message limit the hub announces (its grpc.maxMessageBytes,
+# 16 MiB by default): a job's logs or a deploy of many large objects are shortened beyond it.
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+TRUNCATED_LOG_CHARS = 16 * 1024
 
 
 class OperationExecutor:
@@ -42,13 +46,15 @@ class OperationExecutor:
         self.succeeded = 0
         self.failed = 0
         self.expired = 0  # not started: the deadline passed while waiting
+        self.max_result_bytes = MAX_RESULT_BYTES
 
     def health(self) -> dict[str, Any]:
         return {"maxConcurrent": self.max_concurrent, "running": self.running, "waiting": self.waiting,
                 "succeeded": self.succeeded, "failed": self.failed, "expiredBeforeStart": self.expired}
 
-    async def serve(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def serve(self, call: grpc.aio.StreamStreamCall, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         """Read operations until the hub ends the stream; answer each as soon as it is done."""
+        self.max_result_bytes = min(max_result_bytes, MAX_RESULT_BYTES)
         outbox: asyncio.Queue[pb.OperationResult] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         writer = asyncio.create_task(_write_all(call, outbox), name="operations writer")
@@ -82,11 +88,15 @@ class OperationExecutor:
     async def run(self, op: pb.Operation) -> pb.OperationResult:
         """One operation, from its deadline check to its result."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (op.deadline_unix_ms / 1000 - time.time()) if op.deadline_unix_ms > 0 else None
+        if op.timeout_ms > 0:  # counted on this agent's clock: the hub's may differ
+            deadline: float | None = loop.time() + op.timeout_ms / 1000
+        elif op.deadline_unix_ms > 0:
+            deadline = loop.time() + (op.deadline_unix_ms / 1000 - time.time())
+        else:
+            deadline = None
         if deadline is not None and loop.time() >= deadline:
             self.expired += 1
-            return _failure(op.id, 504, "Timeout", "the operation's deadline passed before the agent received it "
-                                                   "(are the hub's and the agent's clocks in step?)")
+            return _failure(op.id, 504, "Timeout", "the operation's deadline passed before the agent received it")
         try:
             request = orjson.loads(op.request) if op.request else {}
         except orjson.JSONDecodeError as e:
@@ -113,7 +123,6 @@ class OperationExecutor:
             return _failure(op.id, 503, "ServiceUnavailable", str(e))
         except TimeoutError:
             if not acquired:
-                self.waiting -= 1
                 self.expired += 1
                 return _failure(op.id, 504, "Timeout", f"not started: its deadline passed while {self.running} "
                                                        f"operation(s) held every slot (operations.maxConcurrent "
@@ -121,6 +130,9 @@ class OperationExecutor:
             done = _applied(out)
             out.error = OperationFailed(504, "Timeout", f"the operation did not finish before its deadline; it was "
                                                         f"{out.step or 'starting'}{done}")
+        finally:
+            if not acquired:
+                self.waiting -= 1
         elapsed = (time.perf_counter() - started) * 1000
         if out.error is None:
             log.info("operation %s: %s on %s done in %.0f ms", op.id, op.type, op.account, elapsed)
@@ -129,20 +141,37 @@ class OperationExecutor:
                         out.error.code, out.error.message)
         return self._result(op, runner, out)
 
-    @staticmethod
-    def _result(op: pb.Operation, runner: Any, out: Outcome) -> pb.OperationResult:
+    def _result(self, op: pb.Operation, runner: Any, out: Outcome) -> pb.OperationResult:
         objects = [scrub_secret(o) if o.get("kind") == "Secret" and o.get("apiVersion") == "v1" else o
                    for o in out.objects]
         expect = [pb.CacheExpectation(group=t.kind.group, kind=t.kind.kind, namespace=t.namespace, name=t.name,
-                                      resource_version=t.resource_version, deleted=t.deleted)
+                                      resource_version=t.resource_version, deleted=t.deleted, uid=t.uid)
                   for t in out.touched if runner.follows(t.kind.group, t.kind.kind, t.namespace)]
-        result = pb.OperationResult(id=op.id, ok=out.error is None, objects=orjson.dumps(objects),
-                                    output=orjson.dumps(out.output), expect=expect)
+        output = dict(out.output)
+        encoded = orjson.dumps(objects)
+        limit = self.max_result_bytes
+        if len(encoded) + len(orjson.dumps(output)) > limit:
+            # A result the hub cannot take would cost the whole link: logs are cut to their ends,
+            # then objects to their identity, and the result says so.
+            output["truncated"] = f"the result was over {limit} bytes: logs and objects were shortened"
+            if isinstance(output.get("logs"), dict):
+                output["logs"] = {pod: {c: text[-TRUNCATED_LOG_CHARS:] for c, text in containers.items()}
+                                  for pod, containers in output["logs"].items() if isinstance(containers, dict)}
+            if len(encoded) + len(orjson.dumps(output)) > limit:
+                encoded = orjson.dumps([_identity(o) for o in objects])
+        result = pb.OperationResult(id=op.id, ok=out.error is None, objects=encoded,
+                                    output=orjson.dumps(output), expect=expect)
         if out.error is not None:
             e = out.error
             result.error.CopyFrom(pb.Status(code=e.code, reason=e.reason, message=e.message,
                                             details=orjson.dumps(e.details) if e.details is not None else b""))
         return result
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}}
 
 
 def _applied(out: Outcome) -> str:

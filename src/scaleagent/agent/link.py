@@ -60,7 +60,7 @@ class Accounts(Protocol):
 class Operations(Protocol):
     """What the link needs from the operation executor (executor.py)."""
 
-    async def serve(self, call: grpc.aio.StreamStreamCall) -> None: ...
+    async def serve(self, call: grpc.aio.StreamStreamCall, max_result_bytes: int) -> None: ...
 
 
 @dataclass
@@ -240,7 +240,7 @@ class HubLink:
             tasks = [
                 asyncio.create_task(self._write(caching, window), name="hub link writer"),
                 asyncio.create_task(self._read(caching, window), name="hub link reader"),
-                asyncio.create_task(self.operations.serve(operations) if self.operations is not None
+                asyncio.create_task(self.operations.serve(operations, self._max_bytes) if self.operations is not None
                                     else _refuse_operations(operations), name="hub link operations"),
             ]
             try:

@@ -695,7 +695,7 @@ class Cache:
     def reached(self, account: str, expectation: Any, deleted_at: str | None = None) -> bool:
         """Whether the cache shows what an operation produced (a protobuf ``CacheExpectation`` or
         alike): the object at that resourceVersion or a later one, or, when it was deleted, no
-        object. ``deleted_at`` is the version of a deletion seen since waiting began: an object
+        object (or one with another uid: recreated since). ``deleted_at`` is the version of a deletion seen since waiting began: an object
         that changed and went after the operation also counts as reached.
 
         Versions are compared as numbers when both are (etcd revisions, which every API server
@@ -706,7 +706,8 @@ class Cache:
         nsd = kind.namespaces.get(expectation.namespace) if kind is not None else None
         e = nsd.get(expectation.name) if nsd is not None else None
         if expectation.deleted:
-            return e is None
+            # Gone, or replaced by a new object of the same name (a recreated pod).
+            return e is None or (bool(expectation.uid) and _uid(e.obj) != expectation.uid)
         if e is not None and version_at_least(e.rv, expectation.resource_version):
             return True
         return deleted_at is not None and version_at_least(deleted_at, expectation.resource_version)
@@ -789,6 +790,13 @@ class _Waiter:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.deleted_at: dict[tuple[str, str, str, str], str] = {}
+
+
+def _uid(obj: bytes) -> str:
+    try:
+        return str(_loads(obj)["metadata"].get("uid") or "")
+    except (_JSONDecodeError, KeyError, TypeError, AttributeError):
+        return ""
 
 
 def version_at_least(have: str, want: str) -> bool:

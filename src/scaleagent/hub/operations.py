@@ -90,7 +90,7 @@ class OperationRouter:
         op_id = uuid.uuid4().hex
         deadline_ms = int((time.time() + timeout) * 1000)
         message = pb.Operation(id=op_id, account=account, type=type_, request=orjson.dumps(request),
-                               deadline_unix_ms=deadline_ms)
+                               deadline_unix_ms=deadline_ms, timeout_ms=int(timeout * 1000))
         future: asyncio.Future[OperationReply] = asyncio.get_running_loop().create_future()
         self._pending[op_id] = _Pending(session.id, session.agent_id, future)
         assert session.operate is not None

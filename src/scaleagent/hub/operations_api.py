@@ -88,9 +88,9 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
 
     @api.post("/cache/kubernetes/manifest", summary="Force a cache refresh of one object (Clouddriver on-demand)",
               description="Body `{\"account\", \"location\" (namespace), \"name\": \"kind name\"}`, optionally "
-                          "`resourceVersion`. 200 at once when the cache holds the object (at that version or "
-                          "later); otherwise the live object is read through the agent and the answer waits until "
-                          "the cache shows it: 200, or 202 if it did not within "
+                          "`resourceVersion`. 200 at once when the cache holds the object at that version or later; "
+                          "otherwise (or without a version) the live object is read through the agent and the "
+                          "answer waits until the cache shows it: 200, or 202 if it did not within "
                           f"{REFRESH_WAIT_SECONDS:g} s.")
     async def refresh(request: Request) -> Response:
         try:
@@ -111,7 +111,9 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         cached = cache.get(account, kind, location, object_name)
         cached_rv = _resource_version(cached)
         ident = {"account": account, "location": location, "name": name}
-        if cached is not None and (not wanted_rv or version_at_least(cached_rv, wanted_rv)):
+        # With the version an operation produced, the cache answers alone; without one, only the
+        # live object says what "fresh" is.
+        if cached is not None and wanted_rv and version_at_least(cached_rv, wanted_rv):
             return JSONResponse({**ident, "status": "cached", "resourceVersion": cached_rv})
         reply = await router.run(account, "getManifest", {"manifestName": name, "location": location},
                                  REFRESH_WAIT_SECONDS)

@@ -46,6 +46,9 @@ PHASES = {
 """The operations `POST /kubernetes/ops` accepts, with the phase name their history uses."""
 
 ORCHESTRATION = "ORCHESTRATION"
+# The least time given to the cache to show an operation's changes, even when the operation
+# itself used up operationWaitMs (capped by operationWaitMs).
+CACHE_WAIT_SECONDS = 10.0
 
 
 class BadOperations(ValueError):
@@ -207,11 +210,13 @@ class TaskRunner:
             return False
         task.log(phase, f"Agent {reply.agent_id} ran {op.type}: {_summary(op, reply)}")
         if reply.expect:
-            missed = await self.cache.wait_for(op.account, reply.expect, deadline - loop.time())
+            # Its own budget: an operation that used most of its time still gets the cache a chance.
+            budget = max(deadline - loop.time(), min(CACHE_WAIT_SECONDS, self.operation_wait))
+            missed = await self.cache.wait_for(op.account, reply.expect, budget)
             if missed:
                 names = ", ".join(f"{x.kind} {x.name}" for x in missed[:5])
-                task.log(phase, f"Warning: the hub's cache did not show {len(missed)} change(s) within "
-                                f"operationWaitMs ({names}); reads may still return the former state")
+                task.log(phase, f"Warning: the hub's cache did not show {len(missed)} change(s) in time "
+                                f"({names}); reads may still return the former state")
             else:
                 task.log(phase, "The hub's cache shows the changes")
         return True
@@ -222,9 +227,12 @@ def _prepared(op: Operation) -> dict[str, Any]:
     annotations are added to manifests that lack them, so the cache indexes them by application."""
     d = dict(op.description)
     moniker = d.get("moniker")
-    if op.type == "deployManifest" and isinstance(moniker, dict) and isinstance(moniker.get("app"), str):
+    if op.type == "deployManifest" and d.get("manifests") is None and isinstance(d.get("manifest"), dict):
+        d["manifests"] = [d.pop("manifest")]
+    if op.type == "deployManifest" and isinstance(moniker, dict) and isinstance(moniker.get("app"), str) \
+            and isinstance(d.get("manifests"), list):
         manifests = []
-        for m in d.get("manifests") or []:
+        for m in d["manifests"]:
             if isinstance(m, dict) and isinstance(m.get("metadata"), dict):
                 meta = dict(m["metadata"])
                 annotations = dict(meta.get("annotations") or {})

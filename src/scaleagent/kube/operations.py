@@ -43,6 +43,12 @@ PATCH_TYPES = {
 CONFLICT_ATTEMPTS = 4
 REVISION = "deployment.kubernetes.io/revision"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
+# Annotations a rollback leaves as the Deployment has them (kubectl's annotationsToSkip).
+UNDO_KEEPS = frozenset({
+    "kubectl.kubernetes.io/last-applied-configuration", REVISION, "deployment.kubernetes.io/revision-history",
+    "deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas",
+    "deprecated.deployment.rollback.to",
+})
 # A job's logs are reported up to this size per container (the end of the log is kept).
 MAX_LOG_BYTES = 256 * 1024
 # Kinds applied before the rest of a deploy, in this order: what others depend on. Everything
@@ -76,6 +82,7 @@ class Touched:
     name: str
     resource_version: str
     deleted: bool = False
+    uid: str = ""  # of the deleted object: another object of the same name is a new one
 
 
 @dataclass
@@ -146,12 +153,12 @@ class ClusterOperations:
 
     async def run(self, type_: str, request: dict[str, Any], out: Outcome) -> None:
         """Run operation `type_`; failures end up in `out.error` (a deadline is the caller's)."""
-        handler = OPERATIONS.get(type_)
-        if handler is None:
-            raise bad_request(f"unknown operation type {type_!r}; this agent runs {', '.join(sorted(OPERATIONS))}")
-        if not isinstance(request, dict):
-            raise bad_request(f"the {type_} description must be a JSON object")
         try:
+            handler = OPERATIONS.get(type_)
+            if handler is None:
+                raise bad_request(f"unknown operation type {type_!r}; this agent runs {', '.join(sorted(OPERATIONS))}")
+            if not isinstance(request, dict):
+                raise bad_request(f"the {type_} description must be a JSON object")
             await handler(self, request, out)
         except UnknownKind as e:
             out.error = OperationFailed(400, "BadRequest", str(e))
@@ -162,6 +169,10 @@ class ClusterOperations:
             out.error = OperationFailed(e.status, e.reason or "Error", e.message or str(e), details)
         except ConnectionFailed as e:
             out.error = OperationFailed(503, "ServiceUnavailable", str(e))
+        except Exception as e:  # noqa: BLE001 - input of a shape nobody expected, or a bug: what was done stays known
+            log.exception("%s failed unexpectedly", type_)
+            out.error = OperationFailed(500, "InternalError", f"the agent failed unexpectedly while "
+                                                              f"{out.step or 'starting'}: {type(e).__name__}: {e}")
 
     # ---- references ------------------------------------------------------------------------------
 
@@ -212,7 +223,8 @@ class ClusterOperations:
         checked = [self._check_manifest(i, m) for i, m in enumerate(manifests)]
         # Every manifest is resolved before any is applied: a kind the cluster does not serve
         # fails the deploy with nothing applied, unless a CRD of this same deploy defines it.
-        defined = {_crd_kind(m) for m in manifests if isinstance(m, dict) and m.get("kind") == "CustomResourceDefinition"}
+        defined = {gvk for m in manifests if isinstance(m, dict) and m.get("kind") == "CustomResourceDefinition"
+                   for gvk in _crd_kinds(m)}
         kinds: list[KindInfo | None] = []
         problems = []
         for i, m in enumerate(checked):
@@ -373,8 +385,14 @@ class ClusterOperations:
                 out.record(kind, deployment)
                 return
             meta = deployment.get("metadata") or {}
+            # As kubectl: the Deployment takes the ReplicaSet's annotations (change-cause...), but
+            # keeps its own of those the controller and kubectl manage.
+            annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in UNDO_KEEPS}
+            annotations |= {k: v for k, v in ((history[target].get("metadata") or {}).get("annotations") or {}).items()
+                            if k not in UNDO_KEEPS}
             patch = [{"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
-                     {"op": "replace", "path": "/spec/template", "value": template}]
+                     {"op": "replace", "path": "/spec/template", "value": template},
+                     {"op": "add", "path": "/metadata/annotations", "value": annotations}]
             out.step = f"rolling {what} back to revision {target}"
             try:
                 out.record(kind, await self._patch(kind, namespace, name, patch, PATCH_TYPES["json"]))
@@ -409,17 +427,19 @@ class ClusterOperations:
         if not isinstance(options, dict):
             raise bad_request("options must be a JSON object (Kubernetes DeleteOptions)")
         body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        policy = options.get("propagationPolicy")
-        if policy is None and options.get("cascading") is False:
-            policy = "Orphan"
-        if policy is not None:
-            if policy not in ("Background", "Foreground", "Orphan"):
-                raise bad_request(f"options.propagationPolicy {policy!r} is not Background, Foreground or Orphan")
-            body["propagationPolicy"] = policy
+        # kubectl's default, Background: left unset, the server would orphan the pods of Jobs and
+        # ReplicationControllers (their kinds' legacy default).
+        policy = options.get("propagationPolicy") or ("Orphan" if options.get("cascading") is False else "Background")
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise bad_request(f"options.propagationPolicy {policy!r} is not Background, Foreground or Orphan")
+        body["propagationPolicy"] = policy
         if options.get("gracePeriodSeconds") is not None:
             body["gracePeriodSeconds"] = _integer(options["gracePeriodSeconds"], "options.gracePeriodSeconds")
         targets = await self._delete_targets(request)
-        deleted, gone = [], []
+        deleted: list[dict[str, str]] = []
+        gone: list[dict[str, str]] = []
+        out.output["deletedManifests"] = deleted  # filled as it goes: a failure still tells what went
+        uids: dict[tuple[KindInfo, str, str], str] = {}
         for kind, namespace, name in targets:
             what = describe(kind, name, namespace)
             out.step = f"deleting {what}"
@@ -429,17 +449,22 @@ class ClusterOperations:
                 if e.status == 404:
                     gone.append(_ref(kind, namespace, name))
                     continue
-                out.output["deletedManifests"] = deleted
                 raise
-            rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
+            answer = answer if isinstance(answer, dict) else {}
+            meta = answer.get("metadata") or {}
+            # The deleted object, or (once it is gone) a Status whose details name its uid. An
+            # object of the same name with another uid, later, is a new one (a recreated pod).
+            uid = str(meta.get("uid") or "") if answer.get("kind") != "Status" else \
+                str((answer.get("details") or {}).get("uid") or "")
+            uids[(kind, namespace, name)] = uid
             deleted.append(_ref(kind, namespace, name))
-            out.touched.append(Touched(kind, namespace, name, rv, deleted=True))
-        out.output["deletedManifests"] = deleted
+            out.touched.append(Touched(kind, namespace, name, str(meta.get("resourceVersion") or ""), deleted=True,
+                                       uid=uid))
         if gone:
             out.output["alreadyGone"] = gone
-        for kind, namespace, name in targets:
+        for (kind, namespace, name), uid in uids.items():
             out.step = f"waiting for {describe(kind, name, namespace)} to be deleted"
-            await self._wait(kind, namespace, name, lambda obj: obj is None)
+            await self._wait(kind, namespace, name, lambda obj, uid=uid: obj is None or _uid(obj) != uid)
 
     async def _delete_targets(self, request: dict[str, Any]) -> list[tuple[KindInfo, str, str]]:
         if request.get("manifestName"):
@@ -452,11 +477,11 @@ class ClusterOperations:
         kind_refs = request.get("kinds")
         if not isinstance(kind_refs, list) or not kind_refs or not all(isinstance(k, str) for k in kind_refs):
             raise bad_request("kinds must be a non-empty list of kinds when deleting by labelSelector")
-        namespace = _text(request.get("location"), "location", required=False)
+        namespace = _text(request.get("location"), "location", required=False) or "default"
         targets = []
         for ref in kind_refs:
             kind = await self.resources.for_reference(ref)
-            listed = await self.client.get(kind.path(namespace or None), params={"labelSelector": selector})
+            listed = await self.client.get(kind.path(namespace), params={"labelSelector": selector})
             for item in (listed or {}).get("items") or []:
                 meta = item.get("metadata") or {}
                 targets.append((kind, meta.get("namespace") or "", meta.get("name") or ""))
@@ -468,7 +493,11 @@ class ClusterOperations:
         version; a watch that ends (timeout, 410 Gone) starts over with a read. The caller's
         deadline bounds it."""
         path = kind.path(namespace or None)
+        pause = 0.0
         while True:
+            if pause:
+                await asyncio.sleep(pause)  # a watch that keeps ending at once must not spin
+            pause = min(max(pause * 2, 0.1), 2.0)
             try:
                 obj = await self.client.get(f"{path}/{name}")
             except APIError as e:
@@ -487,9 +516,13 @@ class ClusterOperations:
                     async for chunk in resp.content.iter_any():
                         *lines, pending = (pending + chunk).split(b"\n")
                         for line in lines:
-                            if not line.strip():
+                            try:
+                                event = orjson.loads(line) if line.strip() else None
+                            except orjson.JSONDecodeError:
+                                event = None
+                            if not isinstance(event, dict):
                                 continue
-                            event = orjson.loads(line)
+                            pause = 0.0
                             kind_of = event.get("type")
                             if kind_of == "ERROR":
                                 break
@@ -513,6 +546,8 @@ class ClusterOperations:
         kind = await self.resources.for_manifest(manifest.get("apiVersion"), manifest.get("kind"))
         if (kind.group, kind.kind) != ("batch", "Job"):
             raise bad_request(f"runJob runs a batch Job, not {kind.kind}")
+        if not isinstance(manifest.get("metadata") or {}, dict):
+            raise bad_request("the Job's metadata must be an object")
         meta = dict(manifest.get("metadata") or {})
         if not meta.get("name") and not meta.get("generateName"):
             raise bad_request("the Job needs metadata.name or metadata.generateName")
@@ -551,22 +586,31 @@ class ClusterOperations:
         for pod in (pods or {}).get("items") or []:
             pod_name = (pod.get("metadata") or {}).get("name", "")
             for c in (pod.get("spec") or {}).get("containers") or []:
-                logs.setdefault(pod_name, {})[c.get("name", "")] = await self.pod_log(namespace, pod_name, c.get("name", ""))
+                try:
+                    text = await self.pod_log(namespace, pod_name, c.get("name", ""))
+                except APIError as e:  # a pod not started, or already collected: the others still count
+                    text = f"(log unavailable: {e})"
+                logs.setdefault(pod_name, {})[c.get("name", "")] = text
         return logs
 
     async def pod_log(self, namespace: str, pod: str, container: str = "", tail_lines: int | None = None) -> str:
-        params = {"limitBytes": str(MAX_LOG_BYTES)}
+        """The log's last MAX_LOG_BYTES at most (the end is what says how a job ended)."""
+        params = {}
         if container:
             params["container"] = container
         if tail_lines is not None:
             params["tailLines"] = str(tail_lines)
+        kept = bytearray()
         async with self.client.stream("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params=params,
                                       accept="text/plain, */*", timeout=60) as resp:
             try:
-                raw = await resp.content.read(MAX_LOG_BYTES + 1)
+                async for chunk in resp.content.iter_any():
+                    kept += chunk
+                    if len(kept) > 2 * MAX_LOG_BYTES:
+                        del kept[:-MAX_LOG_BYTES]
             except (aiohttp.ClientError, OSError) as e:
                 raise ConnectionFailed(describe_connection_error(self.client.server, e)) from e
-        return raw[-MAX_LOG_BYTES:].decode(errors="replace")
+        return bytes(kept[-MAX_LOG_BYTES:]).decode(errors="replace")
 
     async def pod_logs(self, request: dict[str, Any], out: Outcome) -> None:
         """Read-only: one pod's log (one container's, when several)."""
@@ -598,11 +642,18 @@ def _ref(kind: KindInfo, namespace: str, name: str) -> dict[str, str]:
     return {"apiVersion": kind.api_version, "kind": kind.kind, "namespace": namespace, "name": name}
 
 
-def _crd_kind(crd: dict[str, Any]) -> tuple[str, str] | None:
-    spec = crd.get("spec") or {}
-    group, kind = spec.get("group"), (spec.get("names") or {}).get("kind")
+def _crd_kinds(crd: dict[str, Any]) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of every version a CRD serves."""
+    spec = crd.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("names"), dict):
+        return []
+    group, kind = spec.get("group"), spec["names"].get("kind")
     versions = [v.get("name") for v in spec.get("versions") or [] if isinstance(v, dict)]
-    return None if not (group and kind and versions) else (f"{group}/{versions[0]}", kind)
+    return [(f"{group}/{v}", kind) for v in versions if group and kind and v]
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
 
 
 def _without_hash(template: dict[str, Any]) -> dict[str, Any]:

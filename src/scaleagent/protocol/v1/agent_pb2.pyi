@@ -222,18 +222,20 @@ class OperationsHello(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., agent_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Operation(_message.Message):
-    __slots__ = ("id", "account", "type", "request", "deadline_unix_ms")
+    __slots__ = ("id", "account", "type", "request", "deadline_unix_ms", "timeout_ms")
     ID_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     id: str
     account: str
     type: str
     request: bytes
     deadline_unix_ms: int
-    def __init__(self, id: _Optional[str] = ..., account: _Optional[str] = ..., type: _Optional[str] = ..., request: _Optional[bytes] = ..., deadline_unix_ms: _Optional[int] = ...) -> None: ...
+    timeout_ms: int
+    def __init__(self, id: _Optional[str] = ..., account: _Optional[str] = ..., type: _Optional[str] = ..., request: _Optional[bytes] = ..., deadline_unix_ms: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class OperationResult(_message.Message):
     __slots__ = ("id", "ok", "objects", "error", "output", "expect")
@@ -252,20 +254,22 @@ class OperationResult(_message.Message):
     def __init__(self, id: _Optional[str] = ..., ok: _Optional[bool] = ..., objects: _Optional[bytes] = ..., error: _Optional[_Union[Status, _Mapping]] = ..., output: _Optional[bytes] = ..., expect: _Optional[_Iterable[_Union[CacheExpectation, _Mapping]]] = ...) -> None: ...
 
 class CacheExpectation(_message.Message):
-    __slots__ = ("group", "kind", "namespace", "name", "resource_version", "deleted")
+    __slots__ = ("group", "kind", "namespace", "name", "resource_version", "deleted", "uid")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
     group: str
     kind: str
     namespace: str
     name: str
     resource_version: str
     deleted: bool
-    def __init__(self, group: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., deleted: _Optional[bool] = ...) -> None: ...
+    uid: str
+    def __init__(self, group: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., deleted: _Optional[bool] = ..., uid: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("code", "reason", "message", "details")
