@@ -196,8 +196,11 @@ def test_patch_manifest(hub, ns, apps, strategy, body):
 
 def test_scale_manifest(hub, ns, apps):
     completed(deploy(hub, "ops", [deployment("s", replicas=1)], namespaceOverride=ns))
-    completed(hub.run_task([{"scaleManifest": {"account": "ops", "manifestName": "deployment s", "location": ns,
-                                               "replicas": 4}}]))
+    # One description at /kubernetes/ops/{type}, Clouddriver's other form.
+    status, created = hub.post("/kubernetes/ops/scaleManifest", {"account": "ops", "manifestName": "deployment s",
+                                                                 "location": ns, "replicas": 4})
+    assert status == 200, created
+    completed(hub.json(f"{created['resourceUri']}?waitSeconds=30"))
     assert apps.read_namespaced_deployment("s", ns).spec.replicas == 4
     assert cached(hub, "ops", "Deployment", ns, "s")["spec"]["replicas"] == 4
 

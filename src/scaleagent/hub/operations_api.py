@@ -43,10 +43,12 @@ def _failed(reply: OperationReply) -> Response:
 def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache) -> APIRouter:
     api = APIRouter(tags=["operations"])
 
-    async def submit(body: Any) -> Response:
+    async def submit(request: Request, single: str | None = None) -> Response:
+        """A task for the body's operations (`single`: the body is one description of that type)."""
         try:
-            operations = parse_operations(body)
-        except BadOperations as e:
+            body = await read_json(request)
+            operations = parse_operations([{single: body}] if single is not None else body)
+        except (InvalidRequest, BadOperations) as e:
             return error_response(400, str(e))
         task = runner.submit(operations)
         return JSONResponse({"id": task.id, "resourceUri": f"/task/{task.id}"})
@@ -56,19 +58,11 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
                           "[...]}}]`; operations run in order and the task stops at the first failure. "
                           f"Types: {', '.join(PHASES)}. See docs/operations.md.")
     async def post_ops(request: Request) -> Response:
-        try:
-            body = await read_json(request)
-        except InvalidRequest as e:
-            return error_response(400, str(e))
-        return await submit(body)
+        return await submit(request)
 
     @api.post("/kubernetes/ops/{type_}", summary="Run one operation as a task")
     async def post_op(type_: str, request: Request) -> Response:
-        try:
-            body = await read_json(request)
-        except InvalidRequest as e:
-            return error_response(400, str(e))
-        return await submit([{type_: body}])
+        return await submit(request, type_)
 
     @api.get("/task/{task_id}", summary="A task: state, phases, outputs",
              description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
