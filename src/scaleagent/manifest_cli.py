@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .accounts_cli import DEFAULT_HUB
+from .kube.printing import pod_ready, service_ports
 
 __all__ = [
     "CliError", "HubError", "KindInfo", "TablePrinter", "add_parsers", "apply_output", "build_delete_operations",
@@ -361,9 +362,6 @@ def _pod_restarts(o: dict[str, Any], now: datetime) -> str:
     return f"{restarts} ({human_duration((now - last).total_seconds())} ago)" if restarts and last else str(restarts)
 
 
-def _pod_ready(o: dict[str, Any]) -> str:
-    ready = sum(1 for c in _status(o).get("containerStatuses") or [] if c.get("ready"))
-    return f"{ready}/{len(_spec(o).get('containers') or [])}"
 
 
 def _readiness_gates(o: dict[str, Any]) -> str:
@@ -388,14 +386,6 @@ def _service_external_ip(o: dict[str, Any]) -> str:
     return ",".join(external) if external else "<none>"
 
 
-def _service_ports(o: dict[str, Any]) -> str:
-    out = []
-    for p in _spec(o).get("ports") or []:
-        port = f"{p.get('port')}"
-        if p.get("nodePort"):
-            port += f":{p['nodePort']}"
-        out.append(f"{port}/{p.get('protocol') or 'TCP'}")
-    return ",".join(out) or "<none>"
 
 
 def _job_status(o: dict[str, Any]) -> str:
@@ -495,7 +485,7 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
         _AGE], _WORKLOAD_WIDE),
     ("", "Pod"): ([
         _NAME,
-        ("READY", lambda o, now: _pod_ready(o)),
+        ("READY", lambda o, now: pod_ready(o)),
         ("STATUS", lambda o, now: _pod_status(o)),
         ("RESTARTS", _pod_restarts),
         _AGE], [
@@ -519,7 +509,7 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
         ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
         ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
         ("EXTERNAL-IP", lambda o, now: _service_external_ip(o)),
-        ("PORT(S)", lambda o, now: _service_ports(o)),
+        ("PORT(S)", lambda o, now: service_ports(o)),
         _AGE], [
         ("SELECTOR", lambda o, now: ",".join(f"{k}={v}" for k, v in sorted((_spec(o).get("selector") or {}).items()))
          or "<none>"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from ..kube.printing import pod_ready, service_ports
+
 Column = tuple[str, str, str, Callable[[dict[str, Any]], Any]]  # name, type, description, value
 
 
@@ -62,24 +64,12 @@ def _spec(o: dict[str, Any]) -> dict[str, Any]:
     return o.get("spec") or {}
 
 
-def _pod_ready(o: dict[str, Any]) -> str:
-    containers = _spec(o).get("containers") or []
-    ready = sum(1 for c in _status(o).get("containerStatuses") or [] if c.get("ready"))
-    return f"{ready}/{len(containers)}"
 
 
 def _restarts(o: dict[str, Any]) -> int:
     return sum(int(c.get("restartCount", 0)) for c in _status(o).get("containerStatuses") or [])
 
 
-def _ports(o: dict[str, Any]) -> str:
-    out = []
-    for p in _spec(o).get("ports") or []:
-        s = f"{p.get('port')}"
-        if p.get("nodePort"):
-            s += f":{p['nodePort']}"
-        out.append(f"{s}/{p.get('protocol', 'TCP')}")
-    return ",".join(out) or "<none>"
 
 
 NAME: Column = ("Name", "string", "Name must be unique within a namespace.", _name)
@@ -89,7 +79,7 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("", "Namespace"): [NAME, ("Status", "string", "The status of the namespace", lambda o: _status(o).get("phase", "")), AGE],
     ("", "Pod"): [
         NAME,
-        ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", _pod_ready),
+        ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", pod_ready),
         ("Status", "string", "The aggregate status of the containers in this pod.",
          lambda o: "Terminating" if o["metadata"].get("deletionTimestamp") else _status(o).get("phase", "Pending")),
         ("Restarts", "string", "The number of times the containers in this pod have been restarted.", _restarts),
@@ -103,7 +93,7 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
         ("Type", "string", "The type of the service", lambda o: _spec(o).get("type", "ClusterIP")),
         ("Cluster-IP", "string", "The cluster IP of the service", lambda o: _spec(o).get("clusterIP", "<none>")),
         ("External-IP", "string", "The external IP of the service", lambda o: "<none>"),
-        ("Port(s)", "string", "The ports of the service", _ports),
+        ("Port(s)", "string", "The ports of the service", service_ports),
         AGE,
     ],
     ("apps", "Deployment"): [
