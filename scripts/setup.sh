@@ -74,3 +74,30 @@ ensure_databases() {
     as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
   fi
 }
+
+# The e2e tests run the agent and the hub against a real control plane too (scripts/real-cluster):
+# built once per machine (cached under ~/.cache/scale-agent), started on free loopback ports for
+# this run and stopped when it ends. A cluster named by SCALE_AGENT_E2E_KUBECONFIG is used instead;
+# SCALE_AGENT_E2E_REAL_CLUSTER=0 skips it (the real-server tests then say they were skipped).
+ensure_real_cluster() {
+  [ -n "${SCALE_AGENT_E2E_KUBECONFIG:-}" ] && return 0
+  if [ "${SCALE_AGENT_E2E_REAL_CLUSTER:-1}" = 0 ]; then
+    echo "note: SCALE_AGENT_E2E_REAL_CLUSTER=0: the tests against a real apiserver are skipped" >&2; return 0
+  fi
+  REAL_CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/scale-agent-real-cluster.XXXXXX")"
+  if "$ROOT/scripts/real-cluster" start --dir "$REAL_CLUSTER_DIR" > "$REAL_CLUSTER_DIR/env"; then
+    # shellcheck disable=SC1091
+    source "$REAL_CLUSTER_DIR/env"
+  elif [ -n "${CI:-}" ]; then
+    echo "the real control plane could not be started (logs in $REAL_CLUSTER_DIR)" >&2; return 1
+  else
+    echo "note: the real control plane could not be started; its tests are skipped" >&2
+  fi
+}
+
+stop_real_cluster() {
+  if [ -n "${REAL_CLUSTER_DIR:-}" ]; then
+    "$ROOT/scripts/real-cluster" stop --dir "$REAL_CLUSTER_DIR" 2>/dev/null || true
+    rm -rf "$REAL_CLUSTER_DIR"
+  fi
+}

@@ -185,8 +185,13 @@ def test_the_limited_identity_skips_and_reports_what_it_may_not_read(kubesim, ag
     ])
     h = agent.wait_health(lambda h: all(a["state"] == "watching" for a in h["accounts"]), what="both watching")
     wide, team = account_health(h, "cluster-wide"), account_health(h, "team")
-    assert wide["kinds"] == ["Namespace"]
+    # Not readable cluster-wide, but in default (view) and team-a: followed there, one watch each.
+    assert {"Namespace", "ConfigMap", "Pod", "Deployment.apps"} <= set(wide["kinds"])
+    assert "followed in the namespaces it may read: default, team-a" in wide["skipped"]["ConfigMap"]
+    assert "ConfigMap in team-a" not in wide["skipped"]
+    # Secrets: readable nowhere (view leaves them out), so still skipped, saying why.
     assert "not allowed to list secrets cluster-wide" in wide["skipped"]["Secret"]
+    assert "Secret" not in wide["kinds"]
     assert {"ConfigMap", "Deployment.apps", "Pod", "Job.batch"} <= set(team["kinds"])
     assert "Secret in team-a" in team["skipped"]
     assert "Namespace" not in team["kinds"]

@@ -1,8 +1,10 @@
 """One account's lifecycle: connect, discover, follow every readable kind, report its state.
 
 States (as `GET /health` shows them): `connecting` (resolving credentials, reaching the API
-server), `syncing` (initial lists running), `watching` (every followed kind has delivered its
-snapshot), `error` (with the reason; the account retries with backoff, others are unaffected).
+server), `syncing` (lists running, or watches being established again after a failure: what the
+hub holds may be behind the cluster), `watching` (every followed kind has delivered its snapshot
+and its watch is established), `error` (with the reason; the account retries with backoff,
+others are unaffected).
 
 Accounts come from the configuration file or, at runtime, from the hub (dynamic accounts:
 AddAccounts / DeleteAccounts). Both run the same way; the hub may only replace or remove its own.
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +24,14 @@ from typing import Any
 from ..kube.client import APIError, KubeClient, KubeError
 from ..kube.concurrency import all_or_first_error
 from ..kube.credentials import CredentialsError, load_credentials
-from ..kube.discovery import KindInfo, discover, readable, select_kinds
+from ..kube.discovery import KindInfo, discover, follow_once, readable, readable_in, select_kinds
 from ..kube.events import ObjectEvent
 from ..kube.operations import ClusterOperations
 from ..kube.resources import ResourceMap
-from ..kube.reflector import Backoff, Forbidden, Reflector
+from ..kube.reflector import META_LIST, Backoff, Forbidden, Reflector
 from .budget import Budget
 from .config import ConfigError, dynamic_account
+from .retry_log import RetryReport
 from .scrub import is_secret, transform_for
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest, Sink
 
@@ -92,11 +96,19 @@ class AccountRunner:
     skipped: dict[str, str] = field(default_factory=dict)
     unmatched: list[str] = field(default_factory=list)
     discovery_failures: dict[str, str] = field(default_factory=dict)
+    _aliases: dict[str, str] = field(default_factory=dict)  # kinds not followed: another delivers their objects
     _client: KubeClient | None = None
     _operations: ClusterOperations | None = None
     _discovery_error: str = ""
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _retries: RetryReport | None = None
+
+    @property
+    def retries(self) -> RetryReport:
+        if self._retries is None:
+            self._retries = RetryReport(self.name)
+        return self._retries
 
     @property
     def name(self) -> str:
@@ -234,6 +246,7 @@ class AccountRunner:
         cfg = self.config
         include = list(cfg.kinds) + list(cfg.custom_resource_definitions) if cfg.kinds else []
         selected, self.unmatched = select_kinds(kinds, include, cfg.omit_kinds, cfg.only_namespaced_resources)
+        selected, self._aliases = follow_once(selected)
         out: list[tuple[KindInfo, str | None]] = []
         for k in selected:
             if k.namespaced and cfg.namespaces:
@@ -247,10 +260,6 @@ class AccountRunner:
         found = await discover(self._client, concurrency=REQUEST_PARALLELISM)
         self.discovery_failures = found.failed
         wanted = self._wanted(found.kinds)
-        for key in [k for k in self.watches if k not in wanted]:
-            await self._stop_watches([key])
-        labels = {_label(*key) for key in wanted}
-        self.skipped = {k: v for k, v in self.skipped.items() if k in labels}  # gone kinds are not "skipped"
         checks = [key for key in wanted if key not in self.watches]
         limit = asyncio.Semaphore(REQUEST_PARALLELISM)
 
@@ -259,14 +268,54 @@ class AccountRunner:
                 ok, why = await readable(self._client, key[0], key[1])
             return key, ok, why
 
+        skipped = {alias: f"the same objects as {kept}, which is followed" for alias, kept in self._aliases.items()}
         for key, ok, why in await all_or_first_error(check(k) for k in checks):
-            label = _label(*key)
-            if ok:
-                self.skipped.pop(label, None)
+            if not ok:
+                skipped[_label(*key)] = why
+        denied = [k for k, ns in wanted if ns is None and k.namespaced and _label(k, ns) in skipped]
+        by_namespace = await self._readable_namespaces(denied) if denied else {}
+        for kind, namespaces in by_namespace.items():
+            if namespaces:
+                skipped[_label(kind, None)] += f"; followed in the namespaces it may read: {', '.join(namespaces)}"
+        keep = [key for key in wanted if _label(*key) not in skipped]
+        keep += [(kind, ns) for kind, namespaces in by_namespace.items() for ns in namespaces]
+        # Kinds that stopped being readable since they started are found by their watches (403).
+        for key in [k for k in self.watches if k not in keep]:
+            await self._stop_watches([key])
+        for key in keep:
+            if key not in self.watches:
                 self._start_watch(*key)
-            else:
-                self.skipped[label] = why
+        self.skipped = skipped
         self.sink.describe(self.description())
+
+    async def _readable_namespaces(self, kinds: list[KindInfo]) -> dict[KindInfo, list[str]]:
+        """For kinds the identity may not read cluster-wide: the namespaces where it may.
+
+        A user allowed to read Secrets only in its own namespaces still has those followed,
+        each namespace with its own watch. Needs the right to list namespaces; without it the
+        kinds stay skipped. New namespaces are found at the next discovery.
+        """
+        assert self._client is not None
+        try:
+            listed = await self._client.get("/api/v1/namespaces", accept=META_LIST)
+        except APIError as e:
+            if e.status == 403:
+                return {}
+            raise
+        omit = set(self.config.omit_namespaces)
+        names = sorted(n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or [])
+                       if n and n not in omit)
+        limit = asyncio.Semaphore(REQUEST_PARALLELISM)
+
+        async def check(namespace: str) -> tuple[str, set[KindInfo]]:
+            async with limit:
+                return namespace, await readable_in(self._client, kinds, namespace)
+
+        out: dict[KindInfo, list[str]] = {k: [] for k in kinds}
+        for namespace, allowed in await all_or_first_error(check(n) for n in names):
+            for k in allowed:
+                out[k].append(namespace)
+        return out
 
     def _start_watch(self, kind: KindInfo, namespace: str | None) -> None:
         assert self._client is not None
@@ -304,6 +353,10 @@ class AccountRunner:
         watch = self.watches.get(key)
         if watch is not None:
             watch.state, watch.reason = state, reason
+            if state == "backoff":
+                self.retries.retrying(watch.label, reason)
+            elif state == "watching":
+                self.retries.recovered(watch.label)
             self._update_state()
 
     @property
@@ -318,11 +371,16 @@ class AccountRunner:
         if self._discovery_error:
             self._set(ERROR, self._discovery_error)
         elif failing:
-            first = failing[0]
-            more = f" (and {len(failing) - 1} more)" if len(failing) > 1 else ""
-            self._set(ERROR, f"watch of {first.label} keeps failing: {first.reason}{more}")
-        elif all(w.reflector.synced.is_set() for w in self.watches.values()):
+            # One reason for many watches (counts are in /health's `retrying`): a reason that
+            # changed with every watch would be a new state, a new log line, a new description.
+            (cause, _), = Counter(w.reason for w in failing).most_common(1)
+            what = f"watch of {failing[0].label}" if len(failing) == 1 else "watches"
+            self._set(ERROR, f"{what} keep{'s' if len(failing) == 1 else ''} failing: {cause}")
+        elif all(w.state == "watching" for w in self.watches.values()):
+            # Every watch established: until then the hub may hold objects the cluster has deleted.
             self._set(WATCHING, "")
+        elif any(w.state == "backoff" for w in self.watches.values()):
+            self._set(SYNCING, "watches are being established again after a failure")
         else:
             self._set(SYNCING, "")
 
@@ -335,6 +393,7 @@ class AccountRunner:
         for key in keys:
             watch = self.watches.pop(key, None)
             if watch is not None:
+                self.retries.forget(watch.label)
                 self.relists_before += watch.reflector.relists
                 watch.task.cancel()
                 tasks.append(watch.task)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from .client import APIError, KubeClient, KubeError
@@ -19,6 +20,9 @@ class KindInfo:
     kind: str
     plural: str
     namespaced: bool
+    # The server's `storageVersionHash`: equal for resources that share one storage (Event in core
+    # and in events.k8s.io, say). Not part of the identity of a kind.
+    storage: str = field(default="", compare=False)
 
     @property
     def api_version(self) -> str:
@@ -49,19 +53,34 @@ def _kinds(doc: dict, group: str, version: str) -> list[KindInfo]:
         name = r.get("name", "")
         if "/" in name or not LIST_WATCH <= set(r.get("verbs") or ()):
             continue
-        out.append(KindInfo(group, version, r.get("kind", ""), name, bool(r.get("namespaced"))))
+        out.append(KindInfo(group, version, r.get("kind", ""), name, bool(r.get("namespaced")),
+                            str(r.get("storageVersionHash") or "")))
     return out
 
 
+def _group_versions(group: dict) -> list[str]:
+    """A group's versions, the preferred one first and then in the server's order (its priority)."""
+    versions = [v.get("version") for v in group.get("versions") or [] if v.get("version")]
+    preferred = (group.get("preferredVersion") or {}).get("version")
+    if preferred:
+        versions = [preferred] + [v for v in versions if v != preferred]
+    return versions
+
+
 async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
-    """Every listable and watchable kind, at its group's preferred version."""
+    """Every listable and watchable kind, each at the first version of its group that serves it.
+
+    As client-go's ServerPreferredResources: the preferred version of each group first, then the
+    others, so a kind served only at an older version (CronJob in batch/v1beta1 on 1.20, or one
+    CRD of a group whose other CRDs have moved on) is found too, and a kind served at several
+    versions is followed once, at the preferred one.
+    """
     core = await client.get("/api")
     groups = await client.get("/apis")
     wanted: list[tuple[str, str, str]] = [("", v, f"/api/{v}") for v in (core.get("versions") or ["v1"])[:1]]
     for g in groups.get("groups") or []:
-        preferred = (g.get("preferredVersion") or (g.get("versions") or [{}])[0]).get("version")
-        if g.get("name") and preferred:
-            wanted.append((g["name"], preferred, f"/apis/{g['name']}/{preferred}"))
+        if g.get("name"):
+            wanted += [(g["name"], v, f"/apis/{g['name']}/{v}") for v in _group_versions(g)]
     limit = asyncio.Semaphore(concurrency)
     failed: dict[str, str] = {}
 
@@ -74,7 +93,50 @@ async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
                 return []
 
     results = await all_or_first_error(fetch(*w) for w in wanted)
-    return Discovery(sorted(k for ks in results for k in ks), failed)
+    seen: set[tuple[str, str]] = set()
+    kinds: list[KindInfo] = []
+    for found in results:  # in the order asked: within a group, the preferred version first
+        for k in found:
+            if (k.group, k.plural) not in seen:
+                seen.add((k.group, k.plural))
+                kinds.append(k)
+    return Discovery(sorted(kinds), failed)
+
+
+# Resources that share one storage, for servers that do not publish storageVersionHash.
+_COHABITING = {("events.k8s.io", "events"): "core/events", ("", "events"): "core/events",
+               ("extensions", "ingresses"): "networking/ingresses",
+               ("networking.k8s.io", "ingresses"): "networking/ingresses"}
+_STABILITY = re.compile(r"^v\d+(?:(alpha|beta)\d+)?$")
+
+
+def _preference(kind: KindInfo) -> tuple[int, int, str]:
+    """Which of several groups serving the same objects to follow: the core group, then the most
+    stable version (GA before beta before alpha: networking.k8s.io/v1 Ingress before the
+    extensions/v1beta1 one), then by group name so the choice is the same every time."""
+    level = _STABILITY.match(kind.version)
+    stability = 0 if level and not level.group(1) else 1 if level and level.group(1) == "beta" else 2
+    return (0 if kind.group == "" else 1, stability, kind.group)
+
+
+def follow_once(kinds: Iterable[KindInfo]) -> tuple[list[KindInfo], dict[str, str]]:
+    """Drop kinds whose objects another kind in the list already delivers (same storage).
+
+    Returns the kinds to follow and, for each dropped one, the qualified name of the one kept:
+    following both would cache every Event (or Ingress) twice.
+    """
+    kinds = list(kinds)
+    by_storage: dict[str, list[KindInfo]] = {}
+    for k in kinds:
+        storage = _COHABITING.get((k.group, k.plural)) or (f"hash:{k.storage}" if k.storage else "")
+        if storage:
+            by_storage.setdefault(storage, []).append(k)
+    dropped: dict[KindInfo, KindInfo] = {}
+    for same in by_storage.values():
+        if len(same) > 1:
+            keep = min(same, key=_preference)
+            dropped.update({k: keep for k in same if k is not keep})
+    return [k for k in kinds if k not in dropped], {k.qualified: v.qualified for k, v in dropped.items()}
 
 
 def _matches(kind: KindInfo, entry: str) -> bool:
@@ -127,4 +189,36 @@ async def readable(client: KubeClient, kind: KindInfo, namespace: str | None) ->
     return True, ""
 
 
-__all__ = ["Discovery", "KindInfo", "KubeError", "discover", "may", "readable", "select_kinds"]
+def _rule_allows(rule: dict, verb: str, kind: KindInfo) -> bool:
+    def has(values: object, wanted: str) -> bool:
+        return isinstance(values, list) and (wanted in values or "*" in values)
+    return (has(rule.get("verbs"), verb) and has(rule.get("apiGroups"), kind.group)
+            and has(rule.get("resources"), kind.plural) and not rule.get("resourceNames"))
+
+
+async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str) -> set[KindInfo]:
+    """Which of the kinds the identity may list and watch in the namespace.
+
+    One SelfSubjectRulesReview answers for every kind at once; where the review says its answer
+    is incomplete (an authorizer that cannot list rules, such as a webhook), each kind is asked
+    with access reviews instead.
+    """
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+              "spec": {"namespace": namespace}}
+    try:
+        out = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", body=review)
+        status = (out or {}).get("status") or {}
+    except APIError as e:
+        if e.status not in (403, 404):
+            raise
+        status = {"incomplete": True}
+    rules = [r for r in status.get("resourceRules") or [] if isinstance(r, dict)]
+    allowed = {k for k in kinds if all(any(_rule_allows(r, v, k) for r in rules) for v in LIST_WATCH)}
+    if status.get("incomplete"):
+        for k in kinds:
+            if k not in allowed and (await readable(client, k, namespace))[0]:
+                allowed.add(k)
+    return allowed
+
+
+__all__ = ["Discovery", "KindInfo", "KubeError", "discover", "follow_once", "may", "readable", "readable_in", "select_kinds"]

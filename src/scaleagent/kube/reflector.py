@@ -143,7 +143,8 @@ class Reflector:
         delay = backoff.next()
         self.failures += 1
         self.on_state("backoff", reason)
-        log.info("%s %s: %s; retrying in %.1fs", self.account, self.kind.qualified, reason, delay)
+        # The account reports retries, gathered across its watches (agent/retry_log.py).
+        log.debug("%s %s: %s; retrying in %.1fs", self.account, self.kind.qualified, reason, delay)
         await asyncio.sleep(delay)
 
     def _params(self) -> dict[str, str]:
@@ -165,6 +166,14 @@ class Reflector:
             raw = None
         return _object_event(self.account, self.kind, type_, obj, raw if raw is not None else orjson.dumps(obj))
 
+    def _typed(self, item: dict[str, Any]) -> dict[str, Any]:
+        """A list item with its `apiVersion` and `kind`, which the apiserver leaves out of the items
+        of built-in kinds (the list's own TypeMeta names them); custom resources keep theirs."""
+        if not item.get("kind") or not item.get("apiVersion"):
+            rest = {k: v for k, v in item.items() if k not in ("apiVersion", "kind")}
+            item = {"apiVersion": self.kind.api_version, "kind": self.kind.kind, **rest}
+        return item
+
     async def _list(self) -> str:
         """One consistent snapshot, page by page; returns the list's resourceVersion."""
         await self.handler([self._marker(SNAPSHOT_BEGIN)])
@@ -183,7 +192,7 @@ class Reflector:
                     continue
                 raise
             items = page.get("items") or []
-            await self.handler([self._encode(ADDED, item, None) for item in items])
+            await self.handler([self._encode(ADDED, self._typed(item), None) for item in items])
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
@@ -218,7 +227,7 @@ class Reflector:
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
                     # The stream broke: resume from the last version seen, no snapshot needed.
                     self.resumes += 1
-                    raise ConnectionFailed(f"watch of {self.kind.qualified} broke: {type(e).__name__}: {e}") from None
+                    raise ConnectionFailed(f"the watch broke: {type(e).__name__}: {e}") from None
                 pending += chunk
                 if b"\n" not in chunk:
                     continue

@@ -1,0 +1,128 @@
+"""The product (an agent and a hub, as processes) against kubesim and against a real kube-apiserver.
+
+Every test here runs twice: on kubesim, and on the real control plane that `scripts/test` starts
+with `scripts/real-cluster` (or any cluster named by SCALE_AGENT_E2E_KUBECONFIG, with
+SCALE_AGENT_E2E_KUBECONFIG_LIMITED for the limited identity). Where the two disagree, the real
+server is right.
+
+The agent follows two accounts: `admin` (every kind, through a TCP proxy the tests can cut, to
+make outages) and `limited` (an identity that may read everything but Secrets cluster-wide and
+may do anything in namespace `team-a`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+from helpers import AgentProcess, HubProcess, TcpProxy, account_health, make_hub_pki, write_yaml  # noqa: E402
+
+E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
+WAIT_MS = 15000  # the hub's operationWaitMs
+
+
+@dataclass
+class Cluster:
+    """A Kubernetes API: its admin and limited kubeconfigs, and, for scripts/real-cluster's, its folder."""
+
+    name: str
+    admin: Path
+    limited: Path
+    real_dir: Path | None = None
+
+    @property
+    def is_kubesim(self) -> bool:
+        return self.name == "kubesim"
+
+    def kubectl(self, *args: str, identity: str = "admin", check: bool = True) -> subprocess.CompletedProcess:
+        kubeconfig = self.admin if identity == "admin" else self.limited
+        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                              check=check, timeout=60)
+
+    def json(self, *args: str, identity: str = "admin") -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json", identity=identity).stdout)
+
+    def apply(self, doc: dict, identity: str = "admin") -> None:
+        subprocess.run(["kubectl", "--kubeconfig", str(self.admin if identity == "admin" else self.limited),
+                        "apply", "-f", "-"], input=json.dumps(doc), text=True, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module", params=["kubesim", pytest.param("real", marks=pytest.mark.e2e)])
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    if request.param == "kubesim":
+        k = request.getfixturevalue("kubesim")
+        return Cluster("kubesim", k.admin(0), k.limited(0))
+    admin, limited = os.environ.get(E2E_ENV), os.environ.get(E2E_ENV + "_LIMITED")
+    if not admin or not limited:
+        pytest.skip(f"{E2E_ENV} and {E2E_ENV}_LIMITED are not set: no real cluster (scripts/test starts one)")
+    real_dir = os.environ.get("SCALE_AGENT_E2E_REAL_CLUSTER_DIR")
+    return Cluster("real", Path(admin), Path(limited), Path(real_dir) if real_dir else None)
+
+
+def through(kubeconfig: Path, proxy: TcpProxy, out: Path) -> Path:
+    """The same kubeconfig, with the server reached through the proxy (same host, so TLS still verifies)."""
+    doc = yaml.safe_load(kubeconfig.read_text())
+    for entry in doc["clusters"]:
+        url = urlparse(entry["cluster"]["server"])
+        entry["cluster"]["server"] = f"{url.scheme}://{url.hostname}:{proxy.port}"
+    out.write_text(yaml.safe_dump(doc))
+    out.chmod(0o600)
+    return out
+
+
+@dataclass
+class Stack:
+    cluster: Cluster
+    hub: HubProcess
+    agent: AgentProcess
+    proxy: TcpProxy
+
+    def account(self, name: str) -> dict:
+        return account_health(self.agent.health(), name)
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp(f"e2e-{cluster.name}")
+    pki = make_hub_pki(tmp)
+    server = urlparse(yaml.safe_load(cluster.admin.read_text())["clusters"][0]["cluster"]["server"])
+    proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 443)
+    hub = HubProcess(write_yaml(tmp / "hub.yaml", {
+        "server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+        "database": {"url": f"sqlite:///{tmp / 'hub.db'}"}, "operations": {"operationWaitMs": WAIT_MS}}))
+    agent = AgentProcess(write_yaml(tmp / "agent.yaml", {
+        "kubernetes": {"discoveryIntervalSeconds": 3, "accounts": [
+            {"name": "admin", "kubeConfigFile": str(through(cluster.admin, proxy, tmp / "admin.yaml"))},
+            {"name": "limited", "kubeConfigFile": str(cluster.limited)}]},
+        "server": {"port": 0},
+        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}}}),
+        print_events=False)
+    try:
+        agent.wait_health(lambda d: d["status"] == "ok" and len(d["accounts"]) == 2, timeout=120,
+                          what="both accounts watching")
+        hub.wait_until("/api/v1/accounts", lambda d: len(d) == 2 and all(a["agentState"] == "watching" for a in d),
+                       what="both accounts in the hub")
+        yield Stack(cluster, hub, agent, proxy)
+    finally:
+        agent.stop()
+        hub.stop()
+        proxy.close()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
