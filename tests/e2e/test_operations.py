@@ -1,0 +1,83 @@
+"""Operations through the hub change the cluster: deploy, patch, scale, rollouts, delete, runJob.
+
+On the real control plane a Deployment controller makes the ReplicaSets (and their revisions),
+but no Pod ever runs: there is no kubelet and no scheduler.
+"""
+
+from __future__ import annotations
+
+from conftest import Cluster, Stack
+
+
+def deployment(name: str, image: str, replicas: int = 1) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [{"name": "web", "image": image}]}}}}
+
+
+def run(stack: Stack, op: str, **body) -> dict:
+    return stack.hub.run_task([{op: {"account": "admin", **body}}], timeout=90)
+
+
+def completed(task: dict) -> dict:
+    assert task["state"] == "completed", task.get("exception") or task
+    return task
+
+
+def live(cluster: Cluster, namespace: str, kind: str, name: str) -> dict:
+    return cluster.json("get", kind, name, "-n", namespace)
+
+
+def replica_set_for(stack: Stack, namespace: str, image: str) -> None:
+    """The Deployment controller has made the ReplicaSet of this template (and so its revision)."""
+    stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ReplicaSet.apps&namespace={namespace}",
+                         lambda d: any(rs["spec"]["template"]["spec"]["containers"][0]["image"] == image
+                                       for rs in d["items"]), what=f"the ReplicaSet of {image}")
+
+
+def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluster, namespace):
+    target = {"manifestName": "deployment web", "location": namespace}
+    for image in ("nginx:1", "nginx:2"):
+        completed(run(stack, "deployManifest", manifests=[deployment("web", image)], namespaceOverride=namespace))
+        replica_set_for(stack, namespace, image)
+    assert live(cluster, namespace, "deployment", "web")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+
+    completed(run(stack, "patchManifest", **target, patchBody={"metadata": {"labels": {"patched": "yes"}}},
+                  options={"mergeStrategy": "merge"}))
+    assert live(cluster, namespace, "deployment", "web")["metadata"]["labels"]["patched"] == "yes"
+
+    completed(run(stack, "scaleManifest", **target, replicas=3))
+    assert live(cluster, namespace, "deployment", "web")["spec"]["replicas"] == 3
+
+    completed(run(stack, "undoRolloutManifest", **target, revision=1))
+    assert live(cluster, namespace, "deployment", "web")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1"
+
+    completed(run(stack, "pauseRolloutManifest", **target))
+    assert live(cluster, namespace, "deployment", "web")["spec"]["paused"] is True
+    completed(run(stack, "resumeRolloutManifest", **target))
+    assert not live(cluster, namespace, "deployment", "web")["spec"].get("paused")
+    completed(run(stack, "rollingRestartManifest", **target))
+    template = live(cluster, namespace, "deployment", "web")["spec"]["template"]
+    assert "kubectl.kubernetes.io/restartedAt" in template["metadata"]["annotations"]
+    cached = stack.hub.objects("admin", f"?kind=Deployment.apps&namespace={namespace}&name=web")
+    assert cached[0]["spec"]["template"]["metadata"]["annotations"] == template["metadata"]["annotations"]
+
+    completed(run(stack, "deleteManifest", **target))
+    assert cluster.kubectl("get", "deployment", "web", "-n", namespace, check=False).returncode != 0
+    assert stack.hub.objects("admin", f"?kind=Deployment.apps&namespace={namespace}&name=web") == []
+
+
+def test_run_job_completes_or_says_what_its_pods_are_doing(stack, cluster, namespace):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
+           "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                                                             "containers": [{"name": "main", "image": "busybox"}]}}}}
+    task = run(stack, "runJob", manifest=job, namespace=namespace)
+    if cluster.is_kubesim:  # kubesim runs the pod to completion at once
+        assert completed(task)["resultObjects"][0]["jobStatus"]["status"] == "succeeded"
+        return
+    # No kubelet, no scheduler: the pod stays Pending, and the failure says so and keeps the Job.
+    assert task["state"] == "failed", task
+    message = task["exception"]["message"]
+    assert "Pending" in message and "migrate" in message, message
+    assert cluster.kubectl("get", "job", "migrate", "-n", namespace, check=False).returncode == 0
