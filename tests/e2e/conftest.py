@@ -12,50 +12,23 @@ may do anything in namespace `team-a`).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, TcpProxy, account_health, make_hub_pki, write_yaml  # noqa: E402
+from e2e_stack import Cluster, Stack, through  # noqa: E402
+from helpers import AgentProcess, HubProcess, TcpProxy, make_hub_pki, write_yaml  # noqa: E402
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 WAIT_MS = 15000  # the hub's operationWaitMs
-
-
-@dataclass
-class Cluster:
-    """A Kubernetes API: its admin and limited kubeconfigs, and, for scripts/real-cluster's, its folder."""
-
-    name: str
-    admin: Path
-    limited: Path
-    real_dir: Path | None = None
-
-    @property
-    def is_kubesim(self) -> bool:
-        return self.name == "kubesim"
-
-    def kubectl(self, *args: str, identity: str = "admin", check: bool = True) -> subprocess.CompletedProcess:
-        kubeconfig = self.admin if identity == "admin" else self.limited
-        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                              check=check, timeout=60)
-
-    def json(self, *args: str, identity: str = "admin") -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json", identity=identity).stdout)
-
-    def apply(self, doc: dict, identity: str = "admin") -> None:
-        subprocess.run(["kubectl", "--kubeconfig", str(self.admin if identity == "admin" else self.limited),
-                        "apply", "-f", "-"], input=json.dumps(doc), text=True, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module", params=["kubesim", pytest.param("real", marks=pytest.mark.e2e)])
@@ -68,28 +41,6 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         pytest.skip(f"{E2E_ENV} and {E2E_ENV}_LIMITED are not set: no real cluster (scripts/test starts one)")
     real_dir = os.environ.get("SCALE_AGENT_E2E_REAL_CLUSTER_DIR")
     return Cluster("real", Path(admin), Path(limited), Path(real_dir) if real_dir else None)
-
-
-def through(kubeconfig: Path, proxy: TcpProxy, out: Path) -> Path:
-    """The same kubeconfig, with the server reached through the proxy (same host, so TLS still verifies)."""
-    doc = yaml.safe_load(kubeconfig.read_text())
-    for entry in doc["clusters"]:
-        url = urlparse(entry["cluster"]["server"])
-        entry["cluster"]["server"] = f"{url.scheme}://{url.hostname}:{proxy.port}"
-    out.write_text(yaml.safe_dump(doc))
-    out.chmod(0o600)
-    return out
-
-
-@dataclass
-class Stack:
-    cluster: Cluster
-    hub: HubProcess
-    agent: AgentProcess
-    proxy: TcpProxy
-
-    def account(self, name: str) -> dict:
-        return account_health(self.agent.health(), name)
 
 
 @pytest.fixture(scope="module")

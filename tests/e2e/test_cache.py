@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import Cluster, Stack
+from e2e_stack import Cluster, Stack
 
 
 def server_resource(qualified: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from conftest import Cluster, Stack
+from e2e_stack import Cluster, Stack
 
 
 def crd(group: str, kind: str, plural: str, versions: list[str]) -> dict:
@@ -24,7 +24,8 @@ def test_a_kind_served_only_at_an_older_version_of_its_group_is_followed(stack: 
     cluster.apply(crd(group, "Widget", "widgets", ["v1", "v1beta1"]))
     cluster.apply(crd(group, "Gadget", "gadgets", ["v1beta1"]))
     cluster.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", f"crd/widgets.{group}")
-    cluster.apply({"apiVersion": f"{group}/v1beta1", "kind": "Gadget", "metadata": {"name": "g", "namespace": namespace}})
+    cluster.apply({"apiVersion": f"{group}/v1beta1", "kind": "Gadget",
+                   "metadata": {"name": "g", "namespace": namespace}})
     try:
         doc = stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=Gadget.{group}&namespace={namespace}",
                                    lambda d: len(d["items"]) == 1, timeout=60, what="the Gadget in the hub")
@@ -48,7 +49,8 @@ def test_a_resource_served_by_two_groups_is_followed_once(stack: Stack, cluster:
         return
     # On the real server an Event appears once in the hub, however it was created.
     name = f"ev-{uuid.uuid4().hex[:6]}"
-    cluster.apply({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": name, "namespace": "default"},
+    cluster.apply({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": name, "namespace": "default"},
                    "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "e2e/test",
                    "reportingInstance": "e2e", "action": "Test", "reason": "Testing", "type": "Normal",
                    "regarding": {"kind": "ConfigMap", "name": "kube-root-ca.crt", "namespace": "default",

@@ -6,7 +6,7 @@ but no Pod ever runs: there is no kubelet and no scheduler.
 
 from __future__ import annotations
 
-from conftest import Cluster, Stack
+from e2e_stack import Cluster, Stack
 
 
 def deployment(name: str, image: str, replicas: int = 1) -> dict:
@@ -29,6 +29,10 @@ def live(cluster: Cluster, namespace: str, kind: str, name: str) -> dict:
     return cluster.json("get", kind, name, "-n", namespace)
 
 
+def image_of(cluster: Cluster, namespace: str) -> str:
+    return live(cluster, namespace, "deployment", "web")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+
 def replica_set_for(stack: Stack, namespace: str, image: str) -> None:
     """The Deployment controller has made the ReplicaSet of this template (and so its revision)."""
     stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ReplicaSet.apps&namespace={namespace}",
@@ -41,7 +45,7 @@ def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluste
     for image in ("nginx:1", "nginx:2"):
         completed(run(stack, "deployManifest", manifests=[deployment("web", image)], namespaceOverride=namespace))
         replica_set_for(stack, namespace, image)
-    assert live(cluster, namespace, "deployment", "web")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:2"
+    assert image_of(cluster, namespace) == "nginx:2"
 
     completed(run(stack, "patchManifest", **target, patchBody={"metadata": {"labels": {"patched": "yes"}}},
                   options={"mergeStrategy": "merge"}))
@@ -51,7 +55,7 @@ def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluste
     assert live(cluster, namespace, "deployment", "web")["spec"]["replicas"] == 3
 
     completed(run(stack, "undoRolloutManifest", **target, revision=1))
-    assert live(cluster, namespace, "deployment", "web")["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1"
+    assert image_of(cluster, namespace) == "nginx:1"
 
     completed(run(stack, "pauseRolloutManifest", **target))
     assert live(cluster, namespace, "deployment", "web")["spec"]["paused"] is True

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Cluster, Stack
+from e2e_stack import Cluster, Stack
 from helpers import account_health, free_port
 
 SCRIPT = Path(__file__).parent.parent.parent / "scripts" / "real-cluster"
@@ -62,7 +62,7 @@ def test_an_outage_reads_as_not_watching_until_every_watch_is_back_and_logs_a_fe
     lines = [line for line in stack.agent.stderr[first_line:] if not re.search(r" DEBUG ", line)]
     about_admin = [line for line in lines if "admin" in line]
     assert len(about_admin) <= 8, "\n".join(about_admin)
-    assert any(re.search(rf"account admin: \d+ watch(es)? retrying: .*\(\d+\)", line) for line in about_admin), lines
+    assert any(re.search(r"account admin: \d+ watch(es)? retrying: .*\(\d+\)", line) for line in about_admin), lines
     assert any("every watch is established again" in line for line in about_admin), lines
 
 

@@ -28,7 +28,8 @@ def test_resources_that_share_a_storage_are_followed_once_core_and_stable_first(
 
 
 def test_without_storage_hashes_the_known_pairs_are_still_followed_once():
-    plain = [KindInfo(k.group, k.version, k.kind, k.plural, k.namespaced) for k in (EVENT, EVENT_NEW, INGRESS_OLD, INGRESS)]
+    plain = [KindInfo(k.group, k.version, k.kind, k.plural, k.namespaced)
+             for k in (EVENT, EVENT_NEW, INGRESS_OLD, INGRESS)]
     kept, _ = follow_once(plain)
     assert [k.qualified for k in kept] == ["Event", "Ingress.networking.k8s.io"]
 

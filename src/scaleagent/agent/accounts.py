@@ -330,7 +330,8 @@ class AccountRunner:
             on_state=lambda state, reason: self._on_watch_state(key, state, reason),
             watch_timeout=self.settings.watch_timeout,
         )
-        task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector), name=f"{self.name} {kind.qualified}")
+        task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector),
+                                                      name=f"{self.name} {kind.qualified}")
         self.watches[key] = Watch(kind, namespace, reflector, task)
 
     async def _run_watch(self, key: tuple[KindInfo, str | None], reflector: Reflector) -> None:

@@ -221,4 +221,5 @@ async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str)
     return allowed
 
 
-__all__ = ["Discovery", "KindInfo", "KubeError", "discover", "follow_once", "may", "readable", "readable_in", "select_kinds"]
+__all__ = ["Discovery", "KindInfo", "KubeError", "discover", "follow_once", "may", "readable", "readable_in",
+           "select_kinds"]
