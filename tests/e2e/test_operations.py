@@ -85,3 +85,16 @@ def test_run_job_completes_or_says_what_its_pods_are_doing(stack, cluster, names
     message = task["exception"]["message"]
     assert "Pending" in message and "migrate" in message, message
     assert cluster.kubectl("get", "job", "migrate", "-n", namespace, check=False).returncode == 0
+
+
+def test_a_manifest_with_an_unknown_field_fails_naming_the_field_never_a_bare_500(stack, cluster, namespace):
+    # Kubernetes 1.20 has no fieldValidation=Strict: its server-side apply answers 500 for such a
+    # field. Either way the task must say what was wrong with which manifest.
+    bad = deployment("typo", "nginx:1")
+    bad["spec"]["replicaz"] = 2
+    task = run(stack, "deployManifest", manifests=[bad], namespaceOverride=namespace)
+    assert task["state"] == "failed", task
+    exception = task["exception"]
+    assert "replicaz" in exception["message"] and "typo" in exception["message"], exception
+    assert exception.get("code") != 500 or exception.get("reason") not in (None, "", "Error"), exception
+    assert cluster.kubectl("get", "deployment", "typo", "-n", namespace, check=False).returncode != 0
