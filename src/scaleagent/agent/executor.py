@@ -105,7 +105,7 @@ class OperationExecutor:
             runner = self.accounts.runner(op.account)
         except AccountUnavailable as e:
             return _failure(op.id, 404, "NotFound", str(e))
-        out = Outcome()
+        out = Outcome(deadline=deadline)
         started = time.perf_counter()
         self.waiting += 1
         acquired = False

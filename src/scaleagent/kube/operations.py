@@ -73,6 +73,30 @@ def bad_request(message: str) -> OperationFailed:
     return OperationFailed(400, "BadRequest", message)
 
 
+# The reason Kubernetes gives each status code, for answers that came without one.
+STATUS_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+                  409: "Conflict", 410: "Gone", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",
+                  422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+                  504: "Timeout"}
+# What servers before fieldValidation (Kubernetes < 1.25) answer with a 500 to a server-side apply
+# whose manifest has a field the schema does not know: the caller's manifest, not the server, is wrong.
+_BAD_MANIFEST_500 = ("failed to create typed patch object", "field not declared in schema")
+
+
+def api_failure(e: APIError, what: str = "", done: str = "") -> OperationFailed:
+    """An API server's refusal as an operation's failure: always a reason and a message that say
+    what was wrong, never a bare 500 "Error"."""
+    message = e.message or f"the API server answered {e.status} {e.reason or ''} with no message".replace("  ", " ")
+    status, reason = e.status, e.reason
+    if status == 500 and any(marker in message for marker in _BAD_MANIFEST_500):
+        status, reason = 400, "BadRequest"
+        message = f"the API server rejected the manifest: {message}"
+    if not reason or reason == "Error":
+        reason = STATUS_REASONS.get(status, "InternalError" if status >= 500 else "BadRequest")
+    details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
+    return OperationFailed(status, reason, f"{what}: {message}{done}" if what else f"{message}{done}", details)
+
+
 @dataclass
 class Touched:
     """One change an operation made: the object's version after it, or that it is gone."""
@@ -91,6 +115,9 @@ class Outcome:
     output: dict[str, Any] = field(default_factory=dict)
     touched: list[Touched] = field(default_factory=list)
     error: OperationFailed | None = None
+    # When the caller will cut the operation short (event loop time): an operation that waits can
+    # stop a little before, to say what it was waiting for.
+    deadline: float | None = None
     # What the operation is doing now: named when its deadline cuts it short.
     step: str = ""
 
@@ -165,8 +192,7 @@ class ClusterOperations:
         except OperationFailed as e:
             out.error = e
         except APIError as e:
-            details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
-            out.error = OperationFailed(e.status, e.reason or "Error", e.message or str(e), details)
+            out.error = api_failure(e, out.step)
         except ConnectionFailed as e:
             out.error = OperationFailed(503, "ServiceUnavailable", str(e))
         except Exception as e:  # noqa: BLE001 - input of a shape nobody expected, or a bug: what was done stays known
@@ -261,8 +287,7 @@ class ClusterOperations:
                 done = f"; applied before it: {', '.join(manifest_name(o['kind'], o['metadata']['name']) for o in out.objects)}" \
                     if out.objects else "; nothing was applied"
                 if isinstance(e, APIError):
-                    details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
-                    raise OperationFailed(e.status, e.reason or "Error", f"{what}: {e.message or e}{done}", details) from None
+                    raise api_failure(e, what, done) from None
                 raise OperationFailed(503, "ServiceUnavailable", f"{what}: {e}{done}") from None
             out.record(kind, applied)
 
@@ -562,7 +587,19 @@ class ClusterOperations:
         if request.get("waitForCompletion", True) is False:
             return
         out.step = f"waiting for job {name} in namespace {namespace} to complete"
-        job = await self._wait(kind, namespace, name, lambda obj: obj is None or _job_finished(obj) is not None)
+        created = job
+        try:
+            async with asyncio.timeout_at(_before(out.deadline)):
+                job = await self._wait(kind, namespace, name, lambda obj: obj is None or _job_finished(obj) is not None)
+        except TimeoutError:
+            out.step = f"reading the pods of job {name} in namespace {namespace}"
+            pods = await self._job_pods(namespace, created)
+            out.output["jobStatus"] = {"name": name, "namespace": namespace, "status": "running",
+                                       "pods": [_pod_state(p) for p in pods]}
+            doing = "; ".join(_pod_state(p) for p in pods) or "it has created no pod yet"
+            raise OperationFailed(504, "Timeout", f"job {name} in namespace {namespace} did not complete before the "
+                                                  f"operation's deadline: {doing}. The Job was left in place; delete "
+                                                  f"it with a deleteManifest of 'job {name}'") from None
         if job is None:
             raise OperationFailed(410, "Gone", f"job {name} in namespace {namespace} was deleted before it completed")
         out.record(kind, job)
@@ -578,12 +615,15 @@ class ClusterOperations:
         if outcome == "failed":
             raise OperationFailed(500, "JobFailed", f"job {name} in namespace {namespace} failed: {reason}")
 
-    async def _job_logs(self, namespace: str, job: dict[str, Any]) -> dict[str, dict[str, str]]:
+    async def _job_pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
         match = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         selector = _selector(match) if match else f"job-name={job['metadata']['name']}"
         pods = await self.client.get(f"/api/v1/namespaces/{namespace}/pods", params={"labelSelector": selector})
+        return [p for p in (pods or {}).get("items") or [] if isinstance(p, dict)]
+
+    async def _job_logs(self, namespace: str, job: dict[str, Any]) -> dict[str, dict[str, str]]:
         logs: dict[str, dict[str, str]] = {}
-        for pod in (pods or {}).get("items") or []:
+        for pod in await self._job_pods(namespace, job):
             pod_name = (pod.get("metadata") or {}).get("name", "")
             for c in (pod.get("spec") or {}).get("containers") or []:
                 try:
@@ -664,6 +704,41 @@ def _without_hash(template: dict[str, Any]) -> dict[str, Any]:
     else:
         meta.pop("labels", None)
     return {**template, "metadata": meta}
+
+
+def _before(deadline: float | None) -> float | None:
+    """A moment before the deadline, kept to say what the operation was waiting for."""
+    if deadline is None:
+        return None
+    left = deadline - asyncio.get_running_loop().time()
+    return deadline - min(2.0, max(0.2, left * 0.1))
+
+
+def _pod_state(pod: dict[str, Any]) -> str:
+    """What a pod is doing, as `kubectl describe` would tell: its phase and why it is stuck."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    why = []
+    conditions = status.get("conditions") or []
+    for c in conditions:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            why.append(f"not scheduled: {c.get('reason') or 'Unschedulable'}"
+                       + (f": {c['message']}" if c.get("message") else ""))
+    if phase == "Pending" and not (pod.get("spec") or {}).get("nodeName") \
+            and not any(c.get("type") == "PodScheduled" for c in conditions):
+        why.append("no node assigned yet: no scheduler has placed it (is one running, and is any node ready?)")
+    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = cs.get("state") or {}
+        if state.get("waiting"):
+            w = state["waiting"]
+            why.append(f"container {cs.get('name')} waiting: {w.get('reason') or 'unknown reason'}"
+                       + (f": {w['message']}" if w.get("message") else ""))
+        elif (state.get("terminated") or {}).get("exitCode"):
+            t = state["terminated"]
+            why.append(f"container {cs.get('name')} exited with {t.get('exitCode')}"
+                       + (f" ({t['reason']})" if t.get("reason") else ""))
+    return f"pod {name} {phase}" + (f" ({'; '.join(why)})" if why else "")
 
 
 def _job_finished(job: dict[str, Any]) -> tuple[str, str] | None:
