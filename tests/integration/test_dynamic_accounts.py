@@ -157,11 +157,12 @@ async def test_a_dynamic_account_is_followed_restarted_with_new_settings_and_let
         ok = status == 200 and doc["agentState"] == "watching" and doc["objectsByKind"] == kinds
         return doc if ok else None
 
-    info = await until(hub, lambda: cached({"ConfigMap": 1}), "the account watching, its ConfigMap cached")
+    # Its ConfigMap and the cluster's kube-root-ca.crt.
+    info = await until(hub, lambda: cached({"ConfigMap": 2}), "the account watching, its ConfigMap cached")
     assert info["state"] == "ACTIVE" and info["agents"] == [agent_id]
     assert info["properties"] == {"namespaces": [namespace], "kinds": ["ConfigMap"]}
     _, objects = await get(hub, f"/api/v1/accounts/dyn/objects?namespace={namespace}")
-    assert [o["metadata"]["name"] for o in objects["items"]] == ["one"]
+    assert [o["metadata"]["name"] for o in objects["items"]] == ["kube-root-ca.crt", "one"]
 
     # The same name again, with other settings: the agent starts it over and the cache follows.
     again = replace(spec, properties={"namespaces": [namespace], "kinds": ["Secret"]})

@@ -77,7 +77,8 @@ def setup(kubesim, tmp_path_factory):
 
         hub.wait_until(f"/api/v1/accounts/a0/objects?namespace={ns}", ready, what="a0's objects, settled")
         hub.wait_until(f"/api/v1/accounts/a1/objects?namespace={ns}&kind=ConfigMap",
-                       lambda d: [o["metadata"]["name"] for o in d["items"]] == ["settings"], what="a1's ConfigMap")
+                       lambda d: [o["metadata"]["name"] for o in d["items"]] == ["kube-root-ca.crt", "settings"],
+                       what="a1's ConfigMap")
         yield {"hub": hub, "ns": ns, "core0": core0}
     finally:
         for p in reversed(procs):
@@ -109,7 +110,7 @@ def test_a_deployment_table_like_kubectl(setup):
 def test_other_kinds_get_their_own_columns_and_names_resolve_like_kubectl(setup):
     ns = setup["ns"]
     expected = {
-        "cm": (["NAME", "DATA", "AGE"], {"settings": ["2"], "other": ["0"]}),
+        "cm": (["NAME", "DATA", "AGE"], {"settings": ["2"], "other": ["0"], "kube-root-ca.crt": ["1"]}),
         "services": (["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"], {"web": ["ClusterIP"]}),
         "Job.batch": (["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"], {"once": ["Complete", "1/1"]}),
         "replicasets.apps": (["NAME", "DESIRED", "CURRENT", "READY", "AGE"], None),
@@ -164,9 +165,11 @@ def test_output_yaml_json_and_name(setup):
     assert (doc["kind"], doc["metadata"]["name"], doc["spec"]["replicas"]) == ("Deployment", "web", 2)
     r = get(setup, "cm", "--account", "a0", "-n", ns, "-o", "json")
     doc = json.loads(r.stdout)
-    assert doc["kind"] == "List" and sorted(o["metadata"]["name"] for o in doc["items"]) == ["other", "settings"]
+    assert doc["kind"] == "List" and sorted(o["metadata"]["name"] for o in doc["items"]) == \
+        ["kube-root-ca.crt", "other", "settings"]
     r = get(setup, "deploy,cm", "--account", "a0", "-n", ns, "-o", "name")
-    assert r.stdout.splitlines() == ["deployment.apps/web", "configmap/other", "configmap/settings"]
+    assert r.stdout.splitlines() == ["deployment.apps/web", "configmap/kube-root-ca.crt", "configmap/other",
+                                     "configmap/settings"]
     r = get(setup, "deploy/web", "svc/web", "--account", "a0", "-n", ns, "-o", "name")
     assert r.stdout.splitlines() == ["deployment.apps/web", "service/web"]
 

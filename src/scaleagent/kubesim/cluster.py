@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from . import patching, validation
+from . import events, patching, validation
 from .openapi import FieldValidator
 from .errors import StatusError, already_exists, bad_request, conflict, not_found
 from .rbac import Attributes, Authorizer, UserInfo, bootstrap_objects
@@ -112,10 +112,17 @@ class Cluster:
         return self._as_version(rt, obj)
 
     def _as_version(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """Custom resources stored at one version are served at any served version (conversion: None)."""
+        """A stored object as `rt` serves it: custom resources stored at one version are served at
+        any served version (conversion: None); core Events are converted to events.k8s.io/v1."""
         if obj.get("apiVersion") == rt.api_version:
             return obj
+        if events.is_events_v1(rt.group):
+            return events.to_events_v1(obj)
         return {**obj, "apiVersion": rt.api_version}
+
+    def _to_storage(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """What is stored for an object written through `rt` (the inverse of _as_version)."""
+        return events.to_core(obj) if events.is_events_v1(rt.group) else obj
 
     def _require_namespace(self, rt: ResourceType, namespace: str, creating: bool) -> None:
         if not rt.namespaced:
@@ -197,18 +204,62 @@ class Cluster:
             if rt.custom:
                 obj.pop("status", None)
             elif rt.kind != "Namespace":
-                obj["status"] = {}
+                obj["status"] = self._initial_status(rt, obj)
+        if (rt.group, rt.kind) == ("", "Pod") and isinstance(obj.get("spec"), dict):
+            validation.admit_pod(obj["spec"], secrets.token_hex(3)[:5])
         validation.apply_defaults(rt, obj)
+        if (rt.group, rt.kind) == ("", "Service"):
+            self._allocate_service(obj, None)
         validation.validate(rt, obj)
         if manager:
             obj = patching.record_update(None, obj, manager=manager, group=rt.group, version=rt.version,
                                          kind=rt.kind, now=now_rfc3339(), subresource=subresource)
         if dry_run:
             return obj
-        self.store.commit(rt.storage_key, ADDED, obj, None)
+        self.store.commit(rt.storage_key, ADDED, self._to_storage(rt, obj), None)
         if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions":
             self._crd_established(obj)
         return self._as_version(rt, self.store.get(rt.storage_key, namespace, meta["name"]))
+
+    def _initial_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The status a strategy's PrepareForCreate leaves (whatever the client sent is dropped)."""
+        if (rt.group, rt.kind) == ("", "Pod"):
+            return {"phase": "Pending", "qosClass": validation.qos_class(obj.get("spec") or {})}
+        if (rt.group, rt.kind) in (("", "Service"), ("networking.k8s.io", "Ingress")):
+            return {"loadBalancer": {}}
+        return {}
+
+    def _allocate_service(self, svc: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """The Service REST storage's allocations: a cluster IP (kept across updates that leave it
+        out, as kubectl apply does), its IP family, and node ports for NodePort and LoadBalancer."""
+        spec = svc.get("spec")
+        if not isinstance(spec, dict):
+            return
+        before = (old or {}).get("spec") or {}
+        if spec.get("type") == "ExternalName":
+            return
+        for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+            if key not in spec and key in before:
+                spec[key] = before[key]
+        if not spec.get("clusterIP"):
+            taken = {(o.get("spec") or {}).get("clusterIP") for o in self.store.items("/services")}
+            n = 10
+            while f"10.96.{n // 256}.{n % 256}" in taken:
+                n += 1
+            spec["clusterIP"] = f"10.96.{n // 256}.{n % 256}"
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        if spec.get("type") in ("NodePort", "LoadBalancer"):
+            old_ports = {(p.get("port"), p.get("protocol")): p.get("nodePort") for p in before.get("ports") or []
+                         if isinstance(p, dict)}
+            taken_ports = {p.get("nodePort") for o in self.store.items("/services")
+                           for p in (o.get("spec") or {}).get("ports") or [] if isinstance(p, dict)}
+            for port in spec.get("ports") or []:
+                if isinstance(port, dict) and not port.get("nodePort"):
+                    port["nodePort"] = old_ports.get((port.get("port"), port.get("protocol"))) or next(
+                        n for n in range(30000, 32768) if n not in taken_ports)
+                    taken_ports.add(port["nodePort"])
 
     def update(
         self, rt: ResourceType, namespace: str, name: str, obj: dict[str, Any], *, subresource: str = "",
@@ -242,6 +293,8 @@ class Cluster:
         self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, subresource: str, manager: str,
         dry_run: bool, record: bool = True,
     ) -> dict[str, Any]:
+        stored = old  # as stored; the rest compares and records in the shape `rt` serves
+        old = self._as_version(rt, old)
         meta, old_meta = new["metadata"], old["metadata"]
         for k in _SERVER_META:
             if k in old_meta:
@@ -265,7 +318,9 @@ class Cluster:
             raise StatusError(422, f'{rt.kind} "{old_meta["name"]}" is invalid: metadata.finalizers: Forbidden: '
                                    "no new finalizers can be added if the object is being deleted")
         validation.apply_defaults(rt, new)
-        validation.validate(rt, new)
+        if (rt.group, rt.kind) == ("", "Service") and subresource != "status":
+            self._allocate_service(new, old)
+        validation.validate(rt, new, old)
         if (rt.generation or rt.custom) and subresource != "status" and _spec_changed(rt, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         if record and manager:
@@ -277,10 +332,10 @@ class Cluster:
             new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
             return new
         if _finalized(rt, new):
-            self.store.commit(rt.storage_key, DELETED, new, old)
+            self.store.commit(rt.storage_key, DELETED, self._to_storage(rt, new), stored)
             self._after_delete(rt, new)
             return self._as_version(rt, new)
-        self.store.commit(rt.storage_key, MODIFIED, new, old)
+        self.store.commit(rt.storage_key, MODIFIED, self._to_storage(rt, new), stored)
         if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions" and not subresource:
             self.registry.set_custom(new)
         return self._as_version(rt, new)
@@ -302,7 +357,7 @@ class Cluster:
                 self._require_namespace(rt, namespace, creating=True)
                 merged = self._ssa(rt, None, applied, manager, force, now, subresource)
                 return self.create(rt, namespace, merged, manager="", dry_run=dry_run)
-            merged = self._ssa(rt, old, applied, manager, force, now, subresource)
+            merged = self._ssa(rt, self._as_version(rt, old), applied, manager, force, now, subresource)
             return self._write(rt, old, merged, subresource=subresource, manager=manager, dry_run=dry_run, record=False)
         if old is None:
             raise not_found(rt.group, rt.plural, name)

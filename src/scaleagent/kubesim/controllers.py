@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 from typing import Any
 
 import orjson
@@ -17,11 +18,12 @@ import orjson
 from .cluster import Cluster, now_rfc3339
 from .errors import StatusError
 from .resources import ResourceType
-from .store import DELETED, Event
+from .store import ADDED, DELETED, Event
 
 log = logging.getLogger("scaleagent.kubesim.controllers")
 
 REVISION = "deployment.kubernetes.io/revision"
+MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 MANAGER = "kube-controller-manager"
 # Pods a ReplicaSet reconcile creates or deletes before it requeues itself: reconciles run on the
 # event loop, and scaling to thousands of replicas in one go would stall every client for seconds.
@@ -43,9 +45,87 @@ def template_hash(template: dict[str, Any]) -> str:
     return out
 
 
+def _max_surge(spec: dict[str, Any], replicas: int) -> int:
+    """The Deployment's maxSurge as a number of pods (a percentage rounds up; Recreate: none)."""
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return 0
+    surge = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    if isinstance(surge, str) and surge.endswith("%"):
+        try:
+            return math.ceil(replicas * int(surge[:-1]) / 100)
+        except ValueError:
+            return 0
+    return int(surge) if isinstance(surge, int) else 0
+
+
 def _owner_ref(obj: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
             "uid": obj["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
+
+
+# The one node kubesim pretends to have (there is no Node object): every pod that can be placed
+# runs there. Its labels are what a nodeSelector or a required node affinity is matched against.
+NODE_NAME = "kubesim-node"
+NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
+# kube-scheduler's FitError for one node that does not fit, followed by DefaultPreemption's verdict
+# (pkg/scheduler/framework/types.go, plugins/nodeaffinity: ErrReasonPod).
+UNSCHEDULABLE = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+                 "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+# What the root CA publisher (1.22+) annotates its ConfigMap with.
+ROOT_CA_DESCRIPTION = ("Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
+                       "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
+                       "guaranteed across distributions of Kubernetes clusters.")
+
+
+def unschedulable(spec: dict[str, Any]) -> str:
+    """Why the scheduler leaves a pod of this spec Pending ("" if it binds it to kubesim-node).
+
+    A nodeSelector or a required node affinity that kubesim-node's labels (NODE_LABELS) do not
+    satisfy leaves the pod Pending and unschedulable, as on a real cluster where no node matches:
+    the way for a test to make a Job or a rollout hang. A pod that names its node skips the
+    scheduler altogether (see _pod).
+    """
+    if spec.get("nodeName"):
+        return ""
+    selector = spec.get("nodeSelector") or {}
+    if any(NODE_LABELS.get(k) != v for k, v in selector.items()):
+        return UNSCHEDULABLE
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if required is not None and not any(_term_matches(t) for t in required.get("nodeSelectorTerms") or []):
+        return UNSCHEDULABLE
+    return ""
+
+
+def _term_matches(term: dict[str, Any]) -> bool:
+    """One nodeSelectorTerm against kubesim-node (its requirements ANDed; an empty term matches nothing)."""
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False
+    return all(_requirement(e, NODE_LABELS) for e in exprs) and all(
+        _requirement(f, {"metadata.name": NODE_NAME}) for f in fields)
+
+
+def _requirement(req: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, op, values = req.get("key", ""), req.get("operator", ""), req.get("values") or []
+    have = labels.get(key)
+    if op == "In":
+        return have in values
+    if op == "NotIn":
+        return have not in values
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Gt", "Lt") and have is not None and values:
+        try:
+            return int(have) > int(values[0]) if op == "Gt" else int(have) < int(values[0])
+        except ValueError:
+            return False
+    return False
 
 
 def _owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
@@ -53,10 +133,13 @@ def _owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
 
 
 class Controllers:
-    """Namespace lifecycle, garbage collection, Deployment → ReplicaSet → Pod, Job → Pod."""
+    """Namespace lifecycle, garbage collection, Deployment → ReplicaSet → Pod, Job → Pod, and what
+    every namespace of a real cluster holds: the `default` ServiceAccount and the
+    `kube-root-ca.crt` ConfigMap (the controller-manager's root CA publisher)."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, root_ca: str = "") -> None:
         self.c = cluster
+        self.root_ca = root_ca
         self._queue: asyncio.Queue[tuple[str, ...]] = asyncio.Queue()
         self._pending: set[tuple[str, ...]] = set()
         self._task: asyncio.Task[None] | None = None
@@ -67,10 +150,14 @@ class Controllers:
             "pods": cluster.rt("", "v1", "pods"),
             "namespaces": cluster.rt("", "v1", "namespaces"),
             "jobs": cluster.rt("batch", "v1", "jobs"),
+            "configmaps": cluster.rt("", "v1", "configmaps"),
+            "serviceaccounts": cluster.rt("", "v1", "serviceaccounts"),
         }
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+        for ns in self.c.store.items("/namespaces"):
+            self._enqueue("namespace-content", "", ns["metadata"]["name"])
 
     async def stop(self) -> None:
         if self._task:
@@ -100,6 +187,8 @@ class Controllers:
                 if o.get("kind") == "Deployment":
                     self._enqueue("deployment", ns, o["name"])
         elif resource == "/pods":
+            if ev.type == ADDED:
+                self._enqueue("pod", ns, name)
             for o in meta.get("ownerReferences") or []:
                 if o.get("kind") == "ReplicaSet":
                     self._enqueue("replicaset", ns, o["name"])
@@ -109,6 +198,11 @@ class Controllers:
             self._enqueue("job", ns, name)
         if resource == "/namespaces" and meta.get("deletionTimestamp"):
             self._enqueue("namespace", "", name)
+        elif resource == "/namespaces" and ev.type != DELETED:
+            self._enqueue("namespace-content", "", name)
+        elif ((resource, name) == ("/serviceaccounts", "default") and ev.type == DELETED) or (
+                (resource, name) == ("/configmaps", ROOT_CA_CONFIGMAP)):
+            self._enqueue("namespace-content", "", ns)  # recreated or set right, as the controllers do
         if ev.type == DELETED:
             self._requeue_terminating_owners(meta)
             if ns and (self.c.store.get("/namespaces", "", ns) or {}).get("metadata", {}).get("deletionTimestamp"):
@@ -155,12 +249,16 @@ class Controllers:
                     self._collect(key[1], key[2], key[3], key[4])
                 elif kind == "namespace":
                     self._finalize_namespace(b)
+                elif kind == "namespace-content":
+                    self._namespace_content(b)
                 elif kind == "deployment":
                     self._deployment(a, b)
                 elif kind == "replicaset":
                     self._replicaset(a, b)
                 elif kind == "job":
                     self._job(a, b)
+                elif kind == "pod":
+                    self._pod(a, b)
             except StatusError as e:
                 # Conflicts and races with clients are normal: the next change requeues the object.
                 log.debug("reconcile %s: %s", key, e.message)
@@ -200,6 +298,31 @@ class Controllers:
                 self._delete(rt, dep, "Foreground" if owner is not None else "Background")
         if owner is not None and not self.c.store.dependents(uid):
             self._drop_finalizer(resource, owner, "foregroundDeletion")
+
+    def _namespace_content(self, name: str) -> None:
+        """The service account controller's `default` ServiceAccount (without the token Secret the
+        1.20 tokens controller adds: 1.24+ has none) and the root CA publisher's ConfigMap, which it
+        also sets back when someone edits it."""
+        ns = self.c.store.get("/namespaces", "", name)
+        if ns is None or ns["metadata"].get("deletionTimestamp"):
+            return
+        if self.c.store.get("/serviceaccounts", name, "default") is None:
+            self.c.create(self._rt["serviceaccounts"], name, {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                              "metadata": {"name": "default"}}, manager=MANAGER)
+        if not self.root_ca:
+            return
+        cm = self.c.store.get("/configmaps", name, ROOT_CA_CONFIGMAP)
+        data = {"ca.crt": self.root_ca}
+        if cm is None:
+            self.c.create(self._rt["configmaps"], name, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                "data": data}, manager=MANAGER)
+        elif cm.get("data") != data or not (cm["metadata"].get("annotations") or {}).get("kubernetes.io/description"):
+            annotations = {**(cm["metadata"].get("annotations") or {}), "kubernetes.io/description": ROOT_CA_DESCRIPTION}
+            self.c.update(self._rt["configmaps"], name, ROOT_CA_CONFIGMAP,
+                          {**cm, "metadata": {**cm["metadata"], "annotations": annotations}, "data": data},
+                          manager=MANAGER)
 
     def _finalize_namespace(self, name: str) -> None:
         ns = self.c.store.get("/namespaces", "", name)
@@ -267,7 +390,8 @@ class Controllers:
                 "apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "metadata": {"name": f"{name}-{h}", "namespace": ns, "labels": labels,
                              "annotations": {REVISION: str(max_rev + 1),
-                                             "deployment.kubernetes.io/desired-replicas": str(replicas)},
+                                             "deployment.kubernetes.io/desired-replicas": str(replicas),
+                                             MAX_REPLICAS: str(replicas + _max_surge(spec, replicas))},
                              "ownerReferences": [_owner_ref(d)]},
                 "spec": {"replicas": replicas,
                          "selector": {**sel, "matchLabels": {**sel.get("matchLabels", {}), "pod-template-hash": h}},
@@ -276,7 +400,8 @@ class Controllers:
             current = self.c.create(rs_rt, ns, rs, manager=MANAGER)
         else:
             ann = current["metadata"].get("annotations", {})
-            want = {**ann, "deployment.kubernetes.io/desired-replicas": str(replicas)}
+            want = {**ann, "deployment.kubernetes.io/desired-replicas": str(replicas),
+                    MAX_REPLICAS: str(replicas + _max_surge(spec, replicas))}
             if int(ann.get(REVISION, "0")) < max_rev:
                 want[REVISION] = str(max_rev + 1)  # a rollback makes the old ReplicaSet the newest revision
             if current["spec"].get("replicas") != replicas or want != ann:
@@ -368,7 +493,8 @@ class Controllers:
         if len(pods) != want:
             self._enqueue("replicaset", ns, name)  # the rest after whatever else is waiting
         n = len(pods)
-        status = {"replicas": n, "fullyLabeledReplicas": n, "readyReplicas": n, "availableReplicas": n,
+        ready = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+        status = {"replicas": n, "fullyLabeledReplicas": n, "readyReplicas": ready, "availableReplicas": ready,
                   "observedGeneration": rs["metadata"].get("generation", 1)}
         status = {k: v for k, v in status.items() if v or k in ("replicas", "observedGeneration")}
         if (rs.get("status") or {}) != status:
@@ -376,41 +502,59 @@ class Controllers:
                           manager=MANAGER)
 
     def _create_pod(self, owner: dict[str, Any], template: dict[str, Any], phase: str) -> dict[str, Any]:
-        """Create a pod, then report its status as the kubelet would (creation resets status)."""
-        pod = self._pod_for(owner, template, phase)
+        """Create a pod, then report its status as the scheduler (a pod no node fits stays Pending)
+        or the kubelet would (creation resets status). A pod that fits is created bound to
+        kubesim-node, in one step rather than a binding: the kubelet's status follows at once."""
+        spec = template.get("spec") or {}
+        why = unschedulable(spec)
+        pod = self._pod_for(owner, template, bound=not why and not spec.get("nodeName"))
         created = self.c.create(self._rt["pods"], owner["metadata"]["namespace"], pod, manager=MANAGER)
-        meta = created["metadata"]
-        return self.c.update(self._rt["pods"], meta["namespace"], meta["name"], {**created, "status": pod["status"]},
-                             subresource="status", manager="kubelet")
+        return self._place(created, phase, why)
 
-    def _pod_for(self, owner: dict[str, Any], template: dict[str, Any], phase: str = "Running") -> dict[str, Any]:
-        spec = {**(template.get("spec") or {}), "nodeName": "kubesim-node"}
-        containers = spec.get("containers") or []
-        running = phase == "Running"
-        now = now_rfc3339()
-        state = {"running": {"startedAt": now}} if running else {
-            "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
-        return {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"generateName": owner["metadata"]["name"] + "-",
-                         "labels": (template.get("metadata") or {}).get("labels", {}),
-                         "annotations": (template.get("metadata") or {}).get("annotations", {}),
-                         "ownerReferences": [_owner_ref(owner)]},
-            "spec": spec,
-            "status": {
-                "phase": phase, "hostIP": "10.0.0.1", "podIP": "10.244.0.10", "startTime": now,
-                "conditions": [{"type": t, "status": "True" if running or t == "PodScheduled" else "False",
-                                "lastTransitionTime": now}
-                               for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
-                "containerStatuses": [{"name": c.get("name"), "image": c.get("image"), "ready": running,
-                                       "restartCount": 0, "started": running, "state": state,
-                                       "imageID": "", "containerID": f"kubesim://{c.get('name')}"}
-                                      for c in containers],
-            },
-        }
+    def _place(self, pod: dict[str, Any], phase: str, why: str) -> dict[str, Any]:
+        """The status the scheduler (unschedulable) or the kubelet (running on kubesim-node) writes;
+        a pod bound to another node is left as created: no kubelet there will ever report."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if why:
+            new_status, manager = _unschedulable_status(status, why), "kube-scheduler"
+        elif spec.get("nodeName") == NODE_NAME:
+            new_status, manager = _kubelet_status(status, spec, phase), "kubelet"
+        else:
+            return pod
+        return self.c.update(self._rt["pods"], meta["namespace"], meta["name"], {**pod, "status": new_status},
+                             subresource="status", manager=manager)
+
+    def _pod(self, ns: str, name: str) -> None:
+        """A pod a client created itself: scheduled to kubesim-node and run there, left Pending as
+        unschedulable, or, bound to a node that is not kubesim's, left Pending as created."""
+        pod = self.c.store.get("/pods", ns, name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return
+        status = pod.get("status") or {}
+        if status.get("conditions") or status.get("phase") not in (None, "Pending"):
+            return  # placed already (controllers place their pods as they create them)
+        spec = pod.get("spec") or {}
+        why = unschedulable(spec)
+        if not why and not spec.get("nodeName"):  # the scheduler's binding
+            pod = self.c.update(self._rt["pods"], ns, name, {**pod, "spec": {**spec, "nodeName": NODE_NAME}},
+                                manager="kube-scheduler")
+        self._place(pod, "Running", why)
+
+    def _pod_for(self, owner: dict[str, Any], template: dict[str, Any], bound: bool) -> dict[str, Any]:
+        template_meta = template.get("metadata") or {}
+        meta: dict[str, Any] = {"generateName": owner["metadata"]["name"] + "-", "ownerReferences": [_owner_ref(owner)]}
+        for key in ("labels", "annotations"):  # a real pod carries no empty maps
+            if template_meta.get(key):
+                meta[key] = dict(template_meta[key])
+        spec = dict(template.get("spec") or {})
+        if bound:
+            spec["nodeName"] = NODE_NAME
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     def _job(self, ns: str, name: str) -> None:
-        """A Job runs one pod to completion at once: pods here have no processes to wait for."""
+        """A Job runs one pod to completion at once: pods here have no processes to wait for. A pod
+        no node fits stays Pending, and so the Job stays active and never completes."""
         job = self.c.store.get("batch/jobs", ns, name)
         if job is None or job["metadata"].get("deletionTimestamp") or (job.get("spec") or {}).get("suspend"):
             return
@@ -419,17 +563,55 @@ class Controllers:
         template = (job.get("spec") or {}).get("template") or {}
         if not pods:  # labelled by the template, which the Job's creation gave its job-name and controller-uid
             pods = [self._create_pod(job, template, "Succeeded")]
-        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        if (job.get("status") or {}).get("succeeded") == succeeded:
-            return
+        phases = [(p.get("status") or {}).get("phase") for p in pods]
+        succeeded = phases.count("Succeeded")
+        active = sum(1 for ph in phases if ph not in ("Succeeded", "Failed"))
+        old = job.get("status") or {}
         now = now_rfc3339()
-        status: dict[str, Any] = {"startTime": (job.get("status") or {}).get("startTime", now), "succeeded": succeeded,
-                                  "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}}
+        status: dict[str, Any] = {"startTime": old.get("startTime", now), "active": active, "succeeded": succeeded,
+                                  "ready": sum(1 for p in pods if _ready(p)), "terminating": 0,
+                                  "uncountedTerminatedPods": {}}
+        status = {k: v for k, v in status.items() if v or k in ("startTime", "ready", "terminating",
+                                                                 "uncountedTerminatedPods")}
         completions = int((job.get("spec") or {}).get("completions", 1))
         if succeeded >= completions:
-            status["completionTime"] = now
-            status["conditions"] = [
+            status["completionTime"] = old.get("completionTime", now)
+            status["conditions"] = old.get("conditions") or [
                 {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": now, "lastTransitionTime": now},
                 {"type": "Complete", "status": "True", "lastProbeTime": now, "lastTransitionTime": now},
             ]
+        if old == status:
+            return
         self.c.update(self._rt["jobs"], ns, name, {**job, "status": status}, subresource="status", manager=MANAGER)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _unschedulable_status(status: dict[str, Any], why: str) -> dict[str, Any]:
+    """What kube-scheduler records on a pod it cannot place (handleSchedulingFailure)."""
+    return {**status, "phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": now_rfc3339(),
+         "reason": "Unschedulable", "message": why}]}
+
+
+def _kubelet_status(status: dict[str, Any], spec: dict[str, Any], phase: str) -> dict[str, Any]:
+    """What the kubelet reports for a pod it started: Running and ready, or, for a Job's pod, done."""
+    now = now_rfc3339()
+    running = phase == "Running"
+    state = {"running": {"startedAt": now}} if running else {
+        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+    return {
+        **status,
+        "phase": phase, "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "podIP": "10.244.0.10",
+        "podIPs": [{"ip": "10.244.0.10"}], "startTime": now,
+        "conditions": [{"type": t, "status": "True" if running or t == "PodScheduled" else "False",
+                        "lastProbeTime": None, "lastTransitionTime": now}
+                       for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+        "containerStatuses": [{"name": c.get("name"), "image": c.get("image"), "ready": running,
+                               "restartCount": 0, "started": running, "state": state,
+                               "imageID": "", "containerID": f"kubesim://{c.get('name')}"}
+                              for c in spec.get("containers") or []],
+    }

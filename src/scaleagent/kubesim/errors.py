@@ -65,7 +65,7 @@ def status_body(
         "reason": reason,
         "code": code,
     }
-    if details:
+    if details is not None:  # a pointer in Go: an empty one is still written ("details": {})
         body["details"] = details
     if code < 400:
         body.pop("message")
@@ -74,15 +74,44 @@ def status_body(
     return body
 
 
+NO_RESOURCE = "the server could not find the requested resource"
+
+
+def no_resource() -> StatusError:
+    """The 404 for a path that names no resource kubesim serves (with an empty details, as upstream)."""
+    return StatusError(404, NO_RESOURCE, details={})
+
+
 def _qualified(group: str, plural: str) -> str:
     return f"{plural}.{group}" if group else plural
+
+
+def _details(name: str, group: str, kind: str, **more: Any) -> dict[str, Any]:
+    """StatusDetails as Go writes it: empty name and group are omitted (omitempty)."""
+    out: dict[str, Any] = {}
+    if name:
+        out["name"] = name
+    if group:
+        out["group"] = group
+    out["kind"] = kind
+    return {**out, **more}
+
+
+# field.ErrorType of each message prefix: what a cause's reason is.
+_CAUSE_TYPES = (("Required value", "FieldValueRequired"), ("Unsupported value", "FieldValueNotSupported"),
+                ("Forbidden", "FieldValueForbidden"), ("Duplicate value", "FieldValueDuplicate"),
+                ("Too long", "FieldValueTooLong"), ("Too many", "FieldValueTooMany"), ("Not found", "FieldValueNotFound"))
+
+
+def _cause_type(message: str) -> str:
+    return next((t for prefix, t in _CAUSE_TYPES if message.startswith(prefix)), "FieldValueInvalid")
 
 
 def not_found(group: str, plural: str, name: str) -> StatusError:
     return StatusError(
         404,
         f'{_qualified(group, plural)} "{name}" not found',
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
@@ -91,7 +120,7 @@ def already_exists(group: str, plural: str, name: str) -> StatusError:
         409,
         f'{_qualified(group, plural)} "{name}" already exists',
         reason="AlreadyExists",
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
@@ -99,22 +128,20 @@ def conflict(group: str, plural: str, name: str, why: str) -> StatusError:
     return StatusError(
         409,
         f'Operation cannot be fulfilled on {_qualified(group, plural)} "{name}": {why}',
-        details={"name": name, "group": group, "kind": plural},
+        details=_details(name, group, plural),
     )
 
 
 def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str]]) -> StatusError:
-    """422 Invalid with one cause per (field, message), as field validation reports them."""
-    text = "; ".join(f"{field}: {msg}" for field, msg in causes)
+    """422 Invalid with one cause per (field, message), as apierrors.NewInvalid reports them: the
+    message aggregates the errors ("[a, b]" when there are several), each cause has its type."""
+    errors = [f"{field}: {msg}" for field, msg in causes]
+    text = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
     return StatusError(
         422,
         f'{kind}{"." + group if group else ""} "{name}" is invalid: {text}',
-        details={
-            "name": name,
-            "group": group,
-            "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": field} for field, msg in causes],
-        },
+        details=_details(name, group, kind, causes=[{"reason": _cause_type(msg), "message": msg, "field": field}
+                                                    for field, msg in causes]),
     )
 
 
@@ -130,5 +157,5 @@ def forbidden(user: str, verb: str, group: str, resource: str, namespace: str, n
         403,
         f'{what}{named} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
         f'in API group "{group}" {scope}',
-        details={"name": name, "group": group, "kind": resource} if name else {"group": group, "kind": resource},
+        details=_details(name, group, resource),
     )

@@ -6,6 +6,8 @@ per version, so a custom resource served at two versions is one set of objects, 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -33,6 +35,20 @@ class ResourceType:
     custom: bool = False
     # Kinds whose storage sets ReturnDeletedObject: a delete answers with the object, not a Status.
     returns_deleted: bool = False
+    # The version objects are stored at (a CRD's storage version); "" for the served one.
+    storage_version: str = ""
+    # The group whose storage holds the objects, when another group serves them too (None: this
+    # one): events.k8s.io Events are core Events, one set of objects seen in two shapes.
+    storage_group: str | None = None
+
+    @property
+    def storage_version_hash(self) -> str:
+        """Upstream's discovery.StorageVersionHash: base64 of the first 8 bytes of the sha256 of
+        the storage version's "group/version/Kind", so resources sharing one storage share it and
+        a client can follow them once."""
+        group = self.group if self.storage_group is None else self.storage_group
+        gvk = f"{group}/{self.storage_version or self.version}/{self.kind}"
+        return base64.b64encode(hashlib.sha256(gvk.encode()).digest()[:8]).decode()
 
     @property
     def api_version(self) -> str:
@@ -44,7 +60,7 @@ class ResourceType:
 
     @property
     def storage_key(self) -> str:
-        return f"{self.group}/{self.plural}"
+        return f"{self.group if self.storage_group is None else self.storage_group}/{self.plural}"
 
     @property
     def list_kind(self) -> str:
@@ -62,6 +78,8 @@ class ResourceType:
             "kind": self.kind,
             "verbs": list(self.verbs),
         }
+        if "watch" in self.verbs:  # upstream: every stored resource (not reviews, not componentstatuses)
+            entry["storageVersionHash"] = self.storage_version_hash
         if self.short_names:
             entry["shortNames"] = list(self.short_names)
         if self.categories:
@@ -96,24 +114,31 @@ BUILTIN: tuple[ResourceType, ...] = (
     # core/v1
     _rt("", "v1", "Namespace", "namespaces", False, verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
         short_names=("ns",), subresources=("finalize", "status"), generation=False, returns_deleted=True),
+    # Pods, Services, volumes, Nodes, LimitRanges and ResourceQuotas carry no metadata.generation
+    # upstream (their strategies never set it; Pods only from 1.33).
     _rt("", "v1", "Pod", "pods", short_names=("po",), categories=ALL, subresources=("log", "status"),
-        returns_deleted=True),
+        returns_deleted=True, generation=False),
     _rt("", "v1", "Service", "services", short_names=("svc",), categories=ALL, subresources=("status",),
-        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"), returns_deleted=True),
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"), returns_deleted=True,
+        generation=False),
     _rt("", "v1", "ConfigMap", "configmaps", short_names=("cm",), generation=False),
     _rt("", "v1", "Secret", "secrets", generation=False),
     _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",), generation=False, returns_deleted=True),
     _rt("", "v1", "Endpoints", "endpoints", short_names=("ep",), generation=False),
     _rt("", "v1", "Event", "events", short_names=("ev",), generation=False),
-    _rt("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",)),
+    _rt("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",), generation=False),
     _rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), subresources=("status",),
-        returns_deleted=True),
+        returns_deleted=True, generation=False),
     _rt("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",), subresources=("status",),
-        returns_deleted=True),
+        returns_deleted=True, generation=False),
     _rt("", "v1", "ReplicationController", "replicationcontrollers", short_names=("rc",), categories=ALL,
         subresources=("scale", "status")),
-    _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",)),
-    _rt("", "v1", "ResourceQuota", "resourcequotas", short_names=("quota",), subresources=("status",)),
+    _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",), generation=False),
+    _rt("", "v1", "ResourceQuota", "resourcequotas", short_names=("quota",), subresources=("status",), generation=False),
+    _rt("", "v1", "PodTemplate", "podtemplates", generation=False),
+    # Computed on each read, never stored: get and list only (a watch is 405), no resourceVersion.
+    _rt("", "v1", "ComponentStatus", "componentstatuses", False, verbs=("get", "list"), short_names=("cs",),
+        generation=False),
     # apps/v1
     _rt("apps", "v1", "Deployment", "deployments", short_names=("deploy",), categories=ALL, subresources=("scale", "status")),
     _rt("apps", "v1", "ReplicaSet", "replicasets", short_names=("rs",), categories=ALL, subresources=("scale", "status")),
@@ -123,6 +148,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     # batch/v1
     _rt("batch", "v1", "Job", "jobs", categories=ALL, subresources=("status",)),
     _rt("batch", "v1", "CronJob", "cronjobs", short_names=("cj",), categories=ALL, subresources=("status",)),
+    # events.k8s.io/v1: the core Events, in the newer shape (see kubesim/events.py)
+    _rt("events.k8s.io", "v1", "Event", "events", short_names=("ev",), generation=False, storage_group=""),
     # autoscaling/v2
     _rt("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", short_names=("hpa",),
         categories=ALL, subresources=("status",)),
@@ -153,11 +180,13 @@ BUILTIN: tuple[ResourceType, ...] = (
         generation=False),
 )
 
-# Groups in the order a real apiserver lists them (core first, then by priority).
+# Groups in the order a real apiserver lists them: core first, then by the aggregator's group
+# priority (apps 17800, events.k8s.io 17750, ... apiextensions.k8s.io 16700, coordination.k8s.io
+# 16500), custom resources' groups (priority 1000) last by name.
 GROUP_ORDER = (
-    "", "apiextensions.k8s.io", "apps", "authentication.k8s.io", "authorization.k8s.io", "autoscaling",
+    "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling",
     "batch", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
-    "coordination.k8s.io",
+    "apiextensions.k8s.io", "coordination.k8s.io",
 )
 
 
@@ -224,6 +253,7 @@ class Registry:
                     categories=tuple(names.get("categories") or ()),
                     subresources=tuple(s for s in ("scale", "status") if s in subs),
                     custom=True,
+                    storage_version=storage or "",
                 )
             )
         if storage:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from . import openapi, openapi_v2, patching, tables, yamlbody
 from .cluster import PATCH_TYPES, Cluster
-from .errors import StatusError, bad_request, forbidden, invalid, status_body
+from .errors import StatusError, bad_request, forbidden, invalid, no_resource, status_body
 from .rbac import Attributes, UserInfo
 from .resources import SUBRESOURCE_VERBS, ResourceType
 from ..kube.selectors import SelectorError, object_fields, parse_field_selector, parse_label_selector, supported_fields
@@ -76,6 +76,14 @@ def negotiate(accept: str) -> Rendering:
             return Rendering(as_)
     # Upstream's wording, listing what is actually served here: JSON only.
     raise StatusError(406, "only the following media types are accepted: application/json", reason="NotAcceptable")
+
+
+def _untyped(rt: ResourceType, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A real apiserver leaves `apiVersion` and `kind` out of the items of a list of built-in kinds
+    (the list's own kind names them); custom resources keep theirs."""
+    if rt.custom:
+        return items
+    return [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:
@@ -201,17 +209,17 @@ class APIServer:
                           "groups": [self._group_doc(g) for g in reg.groups()]})
         if segs[0] == "apis" and len(segs) == 2:
             if segs[1] not in reg.groups():
-                raise StatusError(404, "the server could not find the requested resource")
+                raise no_resource()
             return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_doc(segs[1])})
         if (segs[0] == "api" and len(segs) == 2) or (segs[0] == "apis" and len(segs) == 3):
             group, version = ("", segs[1]) if segs[0] == "api" else (segs[1], segs[2])
             types = reg.in_group_version(group, version)
             if not types:
-                raise StatusError(404, "the server could not find the requested resource")
+                raise no_resource()
             return _json({"kind": "APIResourceList", "apiVersion": "v1",
                           "groupVersion": f"{group}/{version}" if group else version,
                           "resources": [e for rt in types for e in rt.discovery_entries()]})
-        raise StatusError(404, "the server could not find the requested resource")
+        raise no_resource()
 
     def _openapi_docs(self) -> dict[tuple[str, str], dict[str, Any]]:
         reg = self.cluster.registry
@@ -234,7 +242,7 @@ class APIServer:
         key = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else \
             (rest[1], rest[2]) if rest[0] == "apis" and len(rest) == 3 else None
         if key not in docs:
-            raise StatusError(404, "the server could not find the requested resource")
+            raise no_resource()
         return _json(docs[key])
 
     def _group_doc(self, group: str) -> dict[str, Any]:
@@ -251,14 +259,14 @@ class APIServer:
         if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
             namespace, rest = rest[1], rest[2:]
         if len(rest) > 3:
-            raise StatusError(404, "the server could not find the requested resource")
+            raise no_resource()
         rt = reg.lookup(group, version, rest[0])
         if rt is None or (namespace and not rt.namespaced):
-            raise StatusError(404, "the server could not find the requested resource")
+            raise no_resource()
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
         if sub and sub not in rt.subresources:
-            raise StatusError(404, "the server could not find the requested resource")
+            raise no_resource()
         method = request.method
         if method == "GET":
             verb = "get" if name else "list"
@@ -277,7 +285,7 @@ class APIServer:
         if verb in ("update", "patch") and not name:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         if rt.namespaced and not namespace and verb not in ("list", "watch"):
-            raise StatusError(404, "the server could not find the requested resource")
+            raise no_resource()
         allowed_verbs = set(rt.verbs) | ({"watch"} if "list" in rt.verbs else set())
         if sub:
             allowed_verbs = SUBRESOURCE_VERBS[sub]
@@ -355,7 +363,7 @@ class APIServer:
                     c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], **opts)
                     deleted.append(obj)
             return _json({"kind": rt.list_kind, "apiVersion": rt.api_version,
-                          "metadata": {"resourceVersion": str(c.store.rv)}, "items": deleted})
+                          "metadata": {"resourceVersion": str(c.store.rv)}, "items": _untyped(rt, deleted)})
         raise StatusError(405, "the server does not allow this method on the requested resource")
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -426,7 +434,8 @@ class APIServer:
                 raise StatusError(406, "only PartialObjectMetadataList is served for lists", reason="NotAcceptable")
             return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
                           "items": [_partial(o) for o in items]})
-        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items})
+        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                      "items": _untyped(rt, items)})
 
     def _log(self, req: Request, q: Any) -> web.Response:
         pod = self.cluster.get(req.rt, req.namespace, req.name)

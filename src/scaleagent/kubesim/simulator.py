@@ -99,7 +99,7 @@ class Simulator:
                 cluster.create(cluster.rt_for(obj), obj["metadata"].get("namespace", ""), obj, manager="kubesim")
             token = cluster.add_token(LIMITED_USER)
             pki = ClusterPKI.generate()
-            controllers = Controllers(cluster)
+            controllers = Controllers(cluster, root_ca=pki.ca_pem.decode())
             if self.run_controllers:
                 controllers.start()
             server = APIServer(cluster, bookmark_interval=self.bookmark_interval)
