@@ -56,12 +56,15 @@ class CliError(Exception):
     """An error to print as is (already in kubectl's words) on stderr, exit status 1."""
 
 
+UNKNOWN_KIND = "UnknownKind"  # the hub's reason when an account follows no kind of the name asked
+
+
 class HubError(CliError):
     """The hub answered an error, or could not be reached; `status` is the HTTP status (0: unreachable)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.reason = status, reason
 
 
 # --- kinds ---------------------------------------------------------------------------------------
@@ -827,14 +830,17 @@ def _open(hub: str, method: str, path: str, *, body: Any = None, params: Sequenc
         return urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as e:
         raw = e.read()
+        reason = ""
         try:
-            message = json.loads(raw)["error"]
-        except (ValueError, KeyError, TypeError):
+            body = json.loads(raw)
+            message = body["error"]
+            reason = str(body.get("reason") or "")
+        except (ValueError, KeyError, TypeError, AttributeError):
             message = raw[:300].decode(errors="replace").strip() or str(e.reason)
         if message in ("Not Found", "Method Not Allowed") or not isinstance(message, str):
             # a route this hub does not have (an older hub, or --hub naming something else)
             message = f"the hub answered {e.code} {message} to {method} {path}"
-        raise HubError(f"error: {message}", e.code) from None
+        raise HubError(f"error: {message}", e.code, reason) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
         raise HubError(f"error: cannot reach the hub at {hub}: {reason} (is it running? see --hub)") from None
@@ -889,7 +895,7 @@ def _query(hub: str, account: str, kind: KindInfo, *, namespace: str | None, nam
     try:
         doc = _request(hub, "GET", f"/api/v1/accounts/{urllib.parse.quote(account, safe='')}/objects", params=params)
     except HubError as e:
-        if tolerate_missing_account and e.status == 404:
+        if tolerate_missing_account and e.status == 404 and e.reason != UNKNOWN_KIND:
             return []  # an account gone since --all-accounts listed them
         raise
     items = doc.get("items") or []
@@ -916,16 +922,27 @@ def _fetch(args: argparse.Namespace, accounts: list[str], target: ResourceArg) -
     names: Sequence[str | None] = target.names or [None]
     jobs = [(account, name) for account in accounts for name in names]
 
+    unknown: list[HubError] = []
+
     def one(job: tuple[str, str | None]) -> list[Row]:
         account, name = job
-        return [(account, o) for o in _query(args.hub, account, target.kind, namespace=args.namespace, name=name,
-                                             selector=args.selector, tolerate_missing_account=args.all_accounts)]
+        try:
+            return [(account, o) for o in _query(args.hub, account, target.kind, namespace=args.namespace, name=name,
+                                                 selector=args.selector, tolerate_missing_account=args.all_accounts)]
+        except HubError as e:
+            if e.reason != UNKNOWN_KIND:
+                raise
+            unknown.append(e)  # this account does not follow the kind; another may
+            return []
 
     if len(jobs) > 1:
         with ThreadPoolExecutor(min(ACCOUNT_QUERY_THREADS, len(jobs))) as pool:
             results = list(pool.map(one, jobs))
     else:
         results = [one(j) for j in jobs]
+    if unknown and len(unknown) == len(jobs):
+        # No account follows it: kubectl's answer for a kind the server does not serve.
+        raise CliError(f'error: the server doesn\'t have a resource type "{target.kind.resource_ref}"')
     unique: dict[tuple[str, str, str, str, str], Row] = {}  # a name asked twice is shown once
     for found in results:
         for account, obj in found:

@@ -52,7 +52,7 @@ class AccountInfo(BaseModel):
     state: str = Field(description="ACTIVE (an agent serves it), DISCONNECTED (its agent is gone; served from "
                                    "cache during the grace period) or ORPHANED (grace period over; not cached)")
     agentState: str = Field(description="The agent's view: connecting, syncing, watching or error")
-    reason: str | None = Field(None, description="Why, when agentState is error")
+    reason: str | None = Field(None, description="Why, when agentState is error, or syncing again after a failure")
     apiHost: str
     certificateFingerprint: str
     serverVersion: str
@@ -83,6 +83,19 @@ def create_app(hub: Hub) -> FastAPI:
             raise HTTPException(404, f"account {account!r} is not known to this hub")
         return r
 
+    def unknown_kind(r: Any, kind: str) -> str:
+        """Why `kind` names nothing the account follows ("" if it names something, or if the account
+        has not said yet what it follows: an account still connecting is not judged)."""
+        followed = list(r.kinds) + list(cache.counts(r.name))
+        if not followed and r.agent_state in ("", "connecting"):
+            return ""
+        wanted = kind.lower()
+        if any(wanted in (k.lower(), k.partition(".")[0].lower()) for k in followed):
+            return ""
+        return (f'the server doesn\'t have a resource type "{kind}": account {r.name!r} follows no kind of that name '
+                f"(Kind or Kind.group, as in its `kinds`: {', '.join(sorted(set(followed))[:12]) or 'none yet'}"
+                f"{', ...' if len(set(followed)) > 12 else ''})")
+
     @app.get("/armory/agents", response_model=list[AgentInfo], tags=["agents"],
              summary="Agents connected to this hub")
     async def agents() -> list[dict[str, Any]]:
@@ -100,7 +113,9 @@ def create_app(hub: Hub) -> FastAPI:
     @app.get("/api/v1/accounts/{account}/objects", tags=["objects"],
              summary="Cached objects of an account, as a Kubernetes List",
              responses={200: {"description": "`{apiVersion: v1, kind: List, items: [...]}`, each item the object's JSON"},
-                        400: {"description": "invalid labelSelector"}, 404: {"description": "unknown account"}})
+                        400: {"description": "invalid labelSelector"},
+                        404: {"description": "unknown account, or a `kind` the account does not follow (`reason`: "
+                                             "`UnknownKind`; a followed kind with no objects is an empty list)"}})
     async def objects(
         account: str,
         kind: Annotated[str | None, Query(description="Kind or Kind.group, case-insensitive")] = None,
@@ -109,7 +124,12 @@ def create_app(hub: Hub) -> FastAPI:
         labelSelector: Annotated[str | None, Query(description="Kubernetes label selector syntax")] = None,  # noqa: N803
         application: Annotated[str | None, Query(description="Spinnaker moniker application")] = None,
     ) -> Response:
-        record(account)
+        if kind is not None:
+            unknown = unknown_kind(record(account), kind)
+            if unknown:
+                return JSONResponse({"error": unknown, "status": 404, "reason": "UnknownKind"}, status_code=404)
+        else:
+            record(account)
         selector = None
         if labelSelector:
             try:
