@@ -372,8 +372,11 @@ class AccountRunner:
         if self._discovery_error:
             self._set(ERROR, self._discovery_error)
         elif failing:
-            # One reason for many watches (counts are in /health's `retrying`): a reason that
-            # changed with every watch would be a new state, a new log line, a new description.
+            # One outage, one reason (counts and each watch's cause are in /health's `retrying`):
+            # a reason that changed with every watch failing would be a new log line and a new
+            # description for the hub each time. The first one stays until the account recovers.
+            if self.state == ERROR and self.reason.startswith(("watch of ", "watches keep failing")):
+                return
             (cause, _), = Counter(w.reason for w in failing).most_common(1)
             what = f"watch of {failing[0].label}" if len(failing) == 1 else "watches"
             self._set(ERROR, f"{what} keep{'s' if len(failing) == 1 else ''} failing: {cause}")

@@ -61,7 +61,7 @@ def describe_connection_error(server: str, e: BaseException) -> str:
     if isinstance(e, aiohttp.ClientSSLError):
         return f"TLS handshake with {server} failed: {e}"
     if isinstance(e, aiohttp.ClientConnectorError):
-        return f"cannot connect to {server}: {e.os_error.strerror or e.os_error}"
+        return f"cannot connect to {server}: {e.os_error.strerror or e.os_error or type(e.os_error).__name__}"
     if isinstance(e, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return f"{server} did not answer in time"
     if isinstance(e, aiohttp.ClientPayloadError):
