@@ -243,7 +243,7 @@ class Cluster:
                 spec[key] = before[key]
         if not spec.get("clusterIP"):
             taken = {(o.get("spec") or {}).get("clusterIP") for o in self.store.items("/services")}
-            n = 10
+            n = 2  # from 10.96.0.0/12 (kubeadm's range); .1 is the `kubernetes` Service's
             while f"10.96.{n // 256}.{n % 256}" in taken:
                 n += 1
             spec["clusterIP"] = f"10.96.{n // 256}.{n % 256}"

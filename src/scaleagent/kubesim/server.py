@@ -15,12 +15,13 @@ import orjson
 import yaml
 from aiohttp import web
 
-from . import openapi, openapi_v2, patching, tables, yamlbody
+from . import events, openapi, openapi_v2, patching, tables, yamlbody
 from .cluster import PATCH_TYPES, Cluster
-from .errors import StatusError, bad_request, forbidden, invalid, no_resource, status_body
+from .errors import StatusError, bad_request, forbidden, invalid, no_resource, not_found, status_body
 from .rbac import Attributes, UserInfo
 from .resources import SUBRESOURCE_VERBS, ResourceType
-from ..kube.selectors import SelectorError, object_fields, parse_field_selector, parse_label_selector, supported_fields
+from ..kube.selectors import (FieldSelector, SelectorError, object_fields, parse_field_selector,
+                              parse_label_selector, supported_fields)
 from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")
@@ -78,6 +79,10 @@ def negotiate(accept: str) -> Rendering:
     raise StatusError(406, "only the following media types are accepted: application/json", reason="NotAcceptable")
 
 
+class PageNotFound(Exception):
+    """A path no handler of the apiserver serves (an unknown API group): a plain-text 404."""
+
+
 def _untyped(rt: ResourceType, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A real apiserver leaves `apiVersion` and `kind` out of the items of a list of built-in kinds
     (the list's own kind names them); custom resources keep theirs."""
@@ -107,6 +112,11 @@ class APIServer:
     async def _errors(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             return await handler(request)
+        except PageNotFound:
+            # Go's http.NotFound, from the handler chain's end: what a path under /apis/ that names
+            # no served group gets from a real apiserver. Not a Status: clients must cope with text.
+            return web.Response(text="404 page not found\n", status=404, content_type="text/plain",
+                                charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
         except StatusError as e:
             return _error(e)
         except web.HTTPException as e:
@@ -171,12 +181,20 @@ class APIServer:
             self._authorize(Attributes(user, request.method.lower() if request.method != "GET" else "get", False,
                                        path=request.path))
             return self._non_resource(request, segs)
+        if segs[0] == "apis" and segs[1] not in self.cluster.registry.groups():
+            self._authorize(Attributes(user, "watch" if request.query.get("watch") in ("1", "true", "True")
+                                       else request.method.lower(), True, api_group=segs[1],
+                                       resource=segs[5] if segs[3:4] == ["namespaces"] and len(segs) > 5 else segs[3]))
+            raise PageNotFound()
         req = self._parse(request, segs)
         verb = req.verb
         if verb in ("list", "watch") and request.query.get("watch") in ("1", "true", "True"):
             verb = "watch"
         self._authorize(Attributes(user, verb, True, api_group=req.rt.group, resource=req.rt.plural,
                                    subresource=req.subresource, name=req.name, namespace=req.namespace))
+        if verb == "watch" and "watch" not in req.rt.verbs:
+            raise StatusError(405, f'watch is not supported on resources of kind "{req.rt.plural}"',
+                              details={"kind": req.rt.plural})
         req.verb = verb
         return await self._resource(request, req, user)
 
@@ -207,16 +225,17 @@ class APIServer:
         if path == "apis":
             return _json({"kind": "APIGroupList", "apiVersion": "v1",
                           "groups": [self._group_doc(g) for g in reg.groups()]})
+        if segs[0] == "apis" and segs[1:] and segs[1] not in reg.groups():
+            raise PageNotFound()
         if segs[0] == "apis" and len(segs) == 2:
-            if segs[1] not in reg.groups():
-                raise no_resource()
             return _json({"kind": "APIGroup", "apiVersion": "v1", **self._group_doc(segs[1])})
         if (segs[0] == "api" and len(segs) == 2) or (segs[0] == "apis" and len(segs) == 3):
             group, version = ("", segs[1]) if segs[0] == "api" else (segs[1], segs[2])
             types = reg.in_group_version(group, version)
             if not types:
                 raise no_resource()
-            return _json({"kind": "APIResourceList", "apiVersion": "v1",
+            # The legacy group's resource list carries no apiVersion (it is written by another codec).
+            return _json({"kind": "APIResourceList", **({"apiVersion": "v1"} if group else {}),
                           "groupVersion": f"{group}/{version}" if group else version,
                           "resources": [e for rt in types for e in rt.discovery_entries()]})
         raise no_resource()
@@ -286,7 +305,7 @@ class APIServer:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         if rt.namespaced and not namespace and verb not in ("list", "watch"):
             raise no_resource()
-        allowed_verbs = set(rt.verbs) | ({"watch"} if "list" in rt.verbs else set())
+        allowed_verbs = set(rt.verbs)
         if sub:
             allowed_verbs = SUBRESOURCE_VERBS[sub]
         if verb not in allowed_verbs:
@@ -298,7 +317,13 @@ class APIServer:
     def _predicate(self, rt: ResourceType, query: Any) -> Any:
         try:
             labels = parse_label_selector(query.get("labelSelector", ""))
-            fields = parse_field_selector(query.get("fieldSelector", ""), supported_fields(rt.kind))
+            if events.is_events_v1(rt.group):  # its own labels, evaluated on the stored core Event
+                fields = parse_field_selector(query.get("fieldSelector", ""), events.FIELD_LABELS)
+                fields = FieldSelector((events.FIELD_LABELS[f], op, v) for f, op, v in fields.requirements)
+            else:
+                fields = parse_field_selector(query.get("fieldSelector", ""),
+                                              supported_fields(rt.kind, namespaced=rt.namespaced),
+                                              kind=None if rt.custom else rt.kind)
         except SelectorError as e:
             raise bad_request(str(e)) from None
         if labels.empty and not fields.requirements:
@@ -319,6 +344,8 @@ class APIServer:
         dry_run = q.get("dryRun") == "All"
         if req.verb == "create" and rt.verbs == ("create",):
             return _json(c.review(rt, user, await self._body(request)), 201)
+        if (rt.group, rt.plural) == ("", "componentstatuses"):
+            return _warn(self._component_statuses(req, render), ["v1 ComponentStatus is deprecated in v1.19+"])
         if req.verb == "list":
             return self._list(req, q, render)
         if req.verb == "watch":
@@ -361,7 +388,7 @@ class APIServer:
             for obj in list(c.store.items(rt.storage_key, req.namespace)):
                 if pred is None or pred(obj):
                     c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], **opts)
-                    deleted.append(obj)
+                    deleted.append(c._as_version(rt, obj))
             return _json({"kind": rt.list_kind, "apiVersion": rt.api_version,
                           "metadata": {"resourceVersion": str(c.store.rv)}, "items": _untyped(rt, deleted)})
         raise StatusError(405, "the server does not allow this method on the requested resource")
@@ -437,6 +464,26 @@ class APIServer:
         return _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                       "items": _untyped(rt, items)})
 
+    def _component_statuses(self, req: Request, render: Rendering) -> web.Response:
+        """The deprecated ComponentStatus API: probed on each read, never stored, so neither the list
+        nor its items have a resourceVersion (and there is no watch)."""
+        items = [{"kind": "ComponentStatus", "apiVersion": "v1", "metadata": {"name": n, "creationTimestamp": None},
+                  "conditions": [{"type": "Healthy", "status": "True", "message": "ok"}]}
+                 for n in ("scheduler", "controller-manager", "etcd-0")]
+        if req.verb == "get":
+            found = [i for i in items if i["metadata"]["name"] == req.name]
+            if not found:
+                raise StatusError(404, f'componentstatuses "{req.name}" not found',
+                                  details={"name": req.name, "kind": "componentstatuses"})
+            return self._render_one(req.rt, found[0], render)
+        if render.as_ == "Table":
+            return _json(tables.table(req.rt.group, req.rt.kind, items, "Metadata", {}))
+        if render.as_ == "PartialObjectMetadataList":
+            return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {},
+                          "items": [_partial(o) for o in items]})
+        return _json({"kind": "ComponentStatusList", "apiVersion": "v1", "metadata": {},
+                      "items": _untyped(req.rt, items)})
+
     def _log(self, req: Request, q: Any) -> web.Response:
         pod = self.cluster.get(req.rt, req.namespace, req.name)
         containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
@@ -452,6 +499,8 @@ class APIServer:
 
     async def _scale(self, request: web.Request, req: Request, manager: str, dry_run: bool) -> web.Response:
         c, rt = self.cluster, req.rt
+        if c.store.get(rt.storage_key, req.namespace, req.name) is None:
+            raise not_found(rt.group, f"{rt.plural}/scale", req.name)  # the scale REST names itself
         if req.verb == "get":
             return _json(_scale_of(c.get(rt, req.namespace, req.name)))
         body = await self._body(request)
@@ -566,7 +615,7 @@ class APIServer:
                 ev.type, orjson.dumps(tables.table(rt.group, rt.kind, [c._as_version(rt, ev.obj)], include_object,
                                                    with_headers=False))
             )
-        if rt.custom:
+        if rt.custom or rt.storage_group is not None:  # served in another shape than stored
             return lambda ev: _watch_line(ev.type, orjson.dumps(c._as_version(rt, ev.obj)))
         return lambda ev: _watch_line(ev.type, ev.encoded())
 

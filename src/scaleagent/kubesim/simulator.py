@@ -51,6 +51,15 @@ def limited_policy() -> list[dict]:
     ]
 
 
+def kubernetes_service(port: int) -> dict:
+    """The `kubernetes` Service every apiserver keeps in `default`, its first cluster IP, pointing
+    at the apiserver's own port (no Endpoints: kubesim has no endpoints controller)."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP", "sessionAffinity": "None",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}}
+
+
 @dataclass
 class SimCluster:
     cluster: Cluster
@@ -112,6 +121,8 @@ class Simulator:
             await site.start()
             bound = runner.addresses[0][1]
             member.url = f"https://{self.host}:{bound}"
+            cluster.create(cluster.rt("", "v1", "services"), "default", kubernetes_service(bound),
+                           manager="kube-apiserver")
             member.runner = runner
             self.members.append(member)
 

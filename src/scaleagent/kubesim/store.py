@@ -225,10 +225,12 @@ class Store:
         start = ""
         if continue_token:
             at_rv, start = _decode_continue(continue_token)
+            if at_rv == -1:  # the token a 410 hands out: go on from the latest version, inconsistently
+                at_rv = None
         rv = self.rv if at_rv is None else at_rv
         if rv > self.rv:
             raise TooLargeResourceVersion(rv, self.rv)
-        overlay = self._state_since(resource, rv, continue_token != "")
+        overlay = self._state_since(resource, rv, start if continue_token else None)
         lo = (namespace + "/") if namespace else ""
         hi = (namespace + "0") if namespace else None
         if start and start > lo:
@@ -260,17 +262,26 @@ class Store:
                 count += (then is not None) - (k in objs)
         return count
 
-    def _state_since(self, resource: str, rv: int, paginating: bool) -> dict[str, dict[str, Any] | None]:
-        """Objects as they were at `rv`, for the keys that changed since (None: did not exist)."""
+    def _state_since(self, resource: str, rv: int, continue_from: str | None) -> dict[str, dict[str, Any] | None]:
+        """Objects as they were at `rv`, for the keys that changed since (None: did not exist).
+
+        Too old a version is 410 with etcd3 storage's messages; for a next page (`continue_from`, the
+        key it starts after) the Status carries a token to go on from the latest version instead,
+        as upstream's handleCompactedErrorForPaging does.
+        """
         if rv >= self.rv:
             return {}
         if rv < self._evicted[resource]:
-            if paginating:
+            if continue_from is not None:
                 raise Expired(
                     "The provided continue parameter is too old to display a consistent list result. "
-                    "You can start a new list without the continue parameter."
+                    "You can start a new list without the continue parameter, or use the continue token in "
+                    "this response to retrieve the remainder of the results. Continuing with the provided token "
+                    "results in an inconsistent list - objects that were created, modified, or deleted between "
+                    "the time the first chunk was returned and now may show up in the list.",
+                    continue_token=_encode_continue(-1, continue_from),
                 )
-            raise Expired(f"Too old resource version: {rv} ({self._evicted[resource]})")
+            raise Expired("The resourceVersion for the provided list is too old.")
         overlay: dict[str, dict[str, Any] | None] = {}
         for ev in reversed(self._history[resource]):
             if ev.rv <= rv:

@@ -7,22 +7,26 @@ kinds people look at most; every other kind gets Name and Age, as custom resourc
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
+from . import events
 from ..kube.printing import pod_ready, service_ports
 
-Column = tuple[str, str, str, Callable[[dict[str, Any]], Any]]  # name, type, description, value
+# name, type, description, value, and optionally the priority (1: shown by `kubectl get -o wide` only)
+Column = tuple[Any, ...]
 
 
 def human_age(ts: str | None, now: datetime | None = None) -> str:
     """kubectl's duration shorthand (apimachinery duration.HumanDuration)."""
     if not ts:
         return "<unknown>"
-    try:
-        then = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    try:  # a Time or a MicroTime (eventTime)
+        then = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ" if "." in ts else "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return "<invalid>"
-    seconds = int(((now or datetime.now(timezone.utc)) - then).total_seconds())
+    seconds = int(((now or datetime.now(timezone.utc)) - then.replace(tzinfo=timezone.utc)).total_seconds())
+    if seconds < -1:  # in the future
+        return "<invalid>"
     if seconds < 0:
         return "0s"
     if seconds < 120:
@@ -72,6 +76,60 @@ def _restarts(o: dict[str, Any]) -> int:
 
 
 
+def _event_first(o: dict[str, Any]) -> str:
+    return human_age(o.get("firstTimestamp") or o.get("eventTime"))
+
+
+def _event_last(o: dict[str, Any]) -> str:
+    """printEvent: the series' last observation, else lastTimestamp, else when it was first seen."""
+    if o.get("series"):
+        return human_age((o["series"] or {}).get("lastObservedTime"))
+    return human_age(o["lastTimestamp"]) if o.get("lastTimestamp") else _event_first(o)
+
+
+def _event_count(o: dict[str, Any]) -> int:
+    if o.get("series"):
+        return int((o["series"] or {}).get("count") or 0)
+    return int(o.get("count") or 0) or 1  # singleton events have no count in the new API
+
+
+def _event_object(o: dict[str, Any]) -> str:
+    ref = o.get("involvedObject") or {}
+    kind = str(ref.get("kind") or "").lower()
+    return f"{kind}/{ref['name']}" if ref.get("name") else kind
+
+
+def _event_source(o: dict[str, Any]) -> str:
+    source = o.get("source") or {}
+    component = source.get("component") or o.get("reportingComponent") or ""
+    instance = source.get("host") or o.get("reportingInstance") or ""
+    if not component:
+        return "<unknown>"
+    return f"{component}, {instance}" if instance else component
+
+
+def _pod_status(o: dict[str, Any]) -> str:
+    """printPod's STATUS: the pod's reason or phase, overridden by a container's waiting or
+    terminated reason (a finished Job pod reads Completed), and Terminating once deleted."""
+    if o["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    status = _status(o)
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        why = (state.get("waiting") or {}).get("reason") or (state.get("terminated") or {}).get("reason")
+        if why:
+            reason = why
+    return reason
+
+
+def _component_condition(o: dict[str, Any], field: str) -> str:
+    healthy = next((c for c in o.get("conditions") or [] if c.get("type") == "Healthy"), {})
+    if field == "status":
+        return "Healthy" if healthy.get("status") == "True" else "Unhealthy"
+    return healthy.get(field, "")
+
+
 NAME: Column = ("Name", "string", "Name must be unique within a namespace.", _name)
 AGE: Column = ("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created.", _age)
 
@@ -80,12 +138,37 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("", "Pod"): [
         NAME,
         ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", pod_ready),
-        ("Status", "string", "The aggregate status of the containers in this pod.",
-         lambda o: "Terminating" if o["metadata"].get("deletionTimestamp") else _status(o).get("phase", "Pending")),
+        ("Status", "string", "The aggregate status of the containers in this pod.", _pod_status),
         ("Restarts", "string", "The number of times the containers in this pod have been restarted.", _restarts),
         AGE,
     ],
-    ("", "ConfigMap"): [NAME, ("Data", "integer", "Number of data entries", lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {})), AGE],
+    ("", "ConfigMap"): [NAME, ("Data", "string", "Number of data entries", lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {})), AGE],
+    ("", "ComponentStatus"): [
+        NAME,
+        ("Status", "string", "Status of the condition for a component.", lambda o: _component_condition(o, "status")),
+        ("Message", "string", "Message about the condition for a component.",
+         lambda o: _component_condition(o, "message")),
+        ("Error", "string", "Condition error code for a component.", lambda o: _component_condition(o, "error")),
+    ],
+    ("", "ServiceAccount"): [NAME, ("Secrets", "string", "Secrets is a list of the secrets in the same namespace "
+                                    "that pods running using this ServiceAccount are allowed to use.",
+                                    lambda o: len(o.get("secrets") or [])), AGE],
+    ("", "Event"): [
+        ("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded.", _event_last),
+        ("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future",
+         lambda o: o.get("type", "")),
+        ("Reason", "string", "This should be a short, machine understandable string that gives the reason for the "
+                             "transition into the object's current status.", lambda o: o.get("reason", "")),
+        ("Object", "string", "The object that this event is about.", _event_object),
+        ("Subobject", "string", "The field of the object the event is about.",
+         lambda o: (o.get("involvedObject") or {}).get("fieldPath", ""), 1),
+        ("Source", "string", "The component reporting this event.", _event_source, 1),
+        ("Message", "string", "A human-readable description of the status of this operation.",
+         lambda o: (o.get("message") or "").strip()),
+        ("First Seen", "string", "The time at which the event was first recorded.", _event_first, 1),
+        ("Count", "string", "The number of times this event has occurred.", _event_count, 1),
+        ("Name", "string", "Name must be unique within a namespace.", _name, 1),
+    ],
     ("", "Secret"): [NAME, ("Type", "string", "The type of the secret", lambda o: o.get("type", "Opaque")),
                      ("Data", "string", "Number of data entries", lambda o: len(o.get("data") or {})), AGE],
     ("", "Service"): [
@@ -127,6 +210,8 @@ def _partial(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def columns_for(group: str, kind: str) -> list[Column]:
+    if (group, kind) == (events.GROUP, "Event"):  # printed from the internal (core) Event, as upstream
+        return COLUMNS[("", "Event")]
     return COLUMNS.get((group, kind), [NAME, AGE])
 
 
@@ -135,15 +220,19 @@ def table(group: str, kind: str, objs: list[dict[str, Any]], include_object: str
     cols = columns_for(group, kind)
     rows = []
     for o in objs:
-        row: dict[str, Any] = {"cells": [c[3](o) for c in cols]}
+        printed = events.to_core(o) if (group, kind) == (events.GROUP, "Event") else o
+        row: dict[str, Any] = {"cells": [c[3](printed) for c in cols]}
         if include_object == "Object":
             row["object"] = o
         elif include_object != "None":
             row["object"] = _partial(o)
+        else:
+            row["object"] = None  # a RawExtension in Go: written even when empty
         rows.append(row)
     out: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta or {}}
     out["columnDefinitions"] = (
-        [{"name": c[0], "type": c[1], "format": "name" if c is NAME else "", "description": c[2], "priority": 0} for c in cols]
+        [{"name": c[0], "type": c[1], "format": "name" if c[0] == "Name" else "", "description": c[2],
+          "priority": c[4] if len(c) > 4 else 0} for c in cols]
         if with_headers else []
     )
     out["rows"] = rows

@@ -61,8 +61,8 @@ def validate(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None =
     if rt.kind == "Event" and rt.group in ("", events.GROUP):
         shape = events.to_core if rt.group == events.GROUP else events.normalize_core
         causes += events.problems(shape(obj), rt.group, None if old is None else shape(old))
-    if causes:
-        raise invalid(rt.group, rt.kind, name, causes)
+    if causes:  # an events.k8s.io Event is validated as the core Event it is stored as
+        raise invalid("" if rt.group == events.GROUP else rt.group, rt.kind, name, causes)
 
 
 def _workload_problems(spec: Any) -> list[tuple[str, str]]:
