@@ -177,7 +177,9 @@ def test_kinds_the_agent_does_not_cache_can_still_be_deployed(hub, kubesim):
     task = completed(deploy(hub, "cms", [deployment("uncached"), configmap("cached", x="1")]))
     assert apps1.read_namespaced_deployment("uncached", "default").spec.replicas == 2
     assert cached(hub, "cms", "ConfigMap", "default", "cached")["data"] == {"x": "1"}
-    assert hub.objects("cms", "?kind=Deployment") == []
+    # Deployed, but not followed: the hub says it follows no such kind rather than "none".
+    status, answer = hub.get("/api/v1/accounts/cms/objects?kind=Deployment")
+    assert status == 404 and answer["reason"] == "UnknownKind", answer
     assert task["resultObjects"][0]["manifestNamesByNamespace"] == {"default": ["configMap cached", "deployment uncached"]}
     apps1.delete_namespaced_deployment("uncached", "default")
 
