@@ -94,8 +94,16 @@ def test_changes_arrive_in_the_hub_for_both_identities(stack, cluster):
                              lambda d: d["items"] == [], what=f"{account}: deleted")
 
 
+@pytest.fixture
+def secrets_in_team_a(cluster: Cluster):
+    """Let the limited identity read Secrets in team-a only (the real one already may: it is admin
+    there), for this test alone: the kubesim clusters are shared with the rest of the suite."""
+    grant_secrets_in_team_a(cluster)
+    yield
+    cluster.kubectl("delete", "rolebinding,role", "e2e-read-secrets", "-n", "team-a", "--ignore-not-found")
+
+
 def grant_secrets_in_team_a(cluster: Cluster) -> None:
-    """Let the limited identity read Secrets in team-a only (the real one already may: it is admin there)."""
     user = "kubesim-limited" if cluster.is_kubesim else "scale-agent-limited"
     cluster.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                    "metadata": {"name": "e2e-read-secrets", "namespace": "team-a"},
@@ -106,8 +114,8 @@ def grant_secrets_in_team_a(cluster: Cluster) -> None:
                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
 
 
-def test_secrets_are_followed_where_the_identity_may_read_them_and_their_values_never_leave(stack, cluster):
-    grant_secrets_in_team_a(cluster)
+def test_secrets_are_followed_where_the_identity_may_read_them_and_their_values_never_leave(stack, cluster,
+                                                                                         secrets_in_team_a):
     plain = f"hunter-{uuid.uuid4().hex}"
     name = f"db-{uuid.uuid4().hex[:6]}"
     cluster.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "team-a"},
