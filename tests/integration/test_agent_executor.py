@@ -1,4 +1,5 @@
-"""The agent's operation executor against kubesim, in this event loop: deadlines and concurrency."""
+"""The agent's operation executor against kubesim, in this event loop: deadlines, concurrency, and what a
+failure tells."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from scaleagent.agent.budget import Budget
 from scaleagent.agent.config import dynamic_account
 from scaleagent.agent.executor import OperationExecutor
 from scaleagent.agent.sinks import CountingSink
+from scaleagent.kube.operations import OPERATIONS, OperationFailed
 from scaleagent.protocol import pb
 
 
@@ -101,3 +103,32 @@ async def test_bad_descriptions_are_refused_with_the_reason(manager, type_, requ
                                              timeout_ms=10_000))
     assert (result.ok, result.error.code) == (False, 400), result.error
     assert words in result.error.message
+
+
+async def test_a_job_that_created_no_pod_by_its_deadline_says_so_and_is_kept(manager, kubesim):
+    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubesim.admin(1))))
+    name = f"later-{uuid.uuid4().hex[:6]}"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never",
+                                                           "containers": [{"name": "main", "image": "busybox"}]}}}}
+    result = await OperationExecutor(manager).run(operation("runJob", {"manifest": job, "namespace": "default"}, 2))
+    assert (result.ok, result.error.code, result.error.reason) == (False, 504, "Timeout")
+    assert result.error.message == (f"job {name} in namespace default did not complete before the operation's "
+                                    f"deadline: it has created no pod: it is suspended (spec.suspend). The Job "
+                                    f"default/{name} was left in place; delete it with a deleteManifest of "
+                                    f"'job {name}'")
+    assert orjson.loads(result.output)["jobStatus"]["pods"] == []
+    assert batch.read_namespaced_job(name, "default").spec.suspend is True
+    batch.delete_namespaced_job(name, "default", propagation_policy="Background")
+
+
+async def test_a_failure_without_reason_or_message_still_leaves_the_agent_with_both(manager, monkeypatch):
+    """Whatever an operation's code does, the hub never receives a bare 500."""
+    async def mute(ops, request, out):
+        out.step = "doing something quiet"
+        raise OperationFailed(500, "", "")
+
+    monkeypatch.setitem(OPERATIONS, "mute", mute)
+    result = await OperationExecutor(manager).run(operation("mute", {}, 10))
+    assert (result.ok, result.error.code, result.error.reason) == (False, 500, "InternalError")
+    assert result.error.message == "mute failed with 500 InternalError while doing something quiet"

@@ -308,6 +308,34 @@ def test_run_job_reports_completion_and_logs(hub, ns):
                    what="the job's pod collected")
 
 
+def test_a_job_whose_pods_cannot_be_placed_fails_at_the_deadline_saying_why_and_is_kept(hub, ns, kubesim):
+    """No node has this label: the pod stays Pending, as on a real cluster where no node matches
+    (or, with no scheduler at all, where no node is ever assigned)."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "stuck"},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never", "nodeSelector": {"disktype": "ssd"},
+               "containers": [{"name": "main", "image": "busybox"}]}}}}
+    task = hub.run_task([{"runJob": {"account": "ops", "manifest": job, "namespace": ns}}])
+    message = failed(task)
+    assert (task["exception"]["code"], task["exception"]["reason"]) == (504, "Timeout")
+    assert message.startswith(f"runJob on account ops failed: job stuck in namespace {ns} did not complete before "
+                              "the operation's deadline: pod stuck-"), message
+    assert " Pending (not scheduled: Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node " \
+           "affinity/selector." in message
+    assert message.endswith(f"The Job {ns}/stuck was left in place; delete it with a deleteManifest of 'job stuck'")
+    (result,) = task["resultObjects"]
+    status = result["jobStatus"]
+    assert (status["name"], status["status"], status["active"]) == ("stuck", "running", 1)
+    (pod,) = status["pods"]
+    assert pod.startswith("pod stuck-") and "not scheduled: Unschedulable" in pod
+    assert result["manifestNamesByNamespace"] == {ns: ["job stuck"]}
+    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubesim.admin(0))))
+    assert batch.read_namespaced_job("stuck", ns).status.active == 1, "the Job was kept for inspection"
+    completed(hub.run_task([{"deleteManifest": {"account": "ops", "manifestName": "job stuck", "location": ns}}]))
+    hub.wait_until(f"/api/v1/accounts/ops/objects?kind=Pod&namespace={ns}", lambda d: d["items"] == [],
+                   what="the job's pod collected")
+
+
 # ---- on-demand cache refresh ---------------------------------------------------------------------
 
 def test_force_cache_refresh_after_an_operation_answers_at_once(hub, ns, core):
@@ -379,6 +407,19 @@ def test_a_partly_applied_deploy_says_what_was_applied(hub, ns, core):
     assert result["failedManifest"] == "deployment bad" and result["notApplied"] == []
     assert "applied before it: configMap good, service svc" in message
     assert configmaps(core, ns) == ["good"]
+
+
+def test_a_deploy_with_an_unknown_field_fails_naming_the_field_and_the_manifest_never_a_bare_500(hub, ns, apps):
+    bad = deployment("typo")
+    bad["spec"]["replicaz"] = 3
+    task = deploy(hub, "ops", [bad], namespaceOverride=ns)
+    message = failed(task)
+    assert (task["exception"]["code"], task["exception"]["reason"]) == (400, "BadRequest")
+    assert message.startswith(f"deployManifest on account ops failed: deployment.apps typo in namespace {ns}: "), message
+    assert "replicaz" in message and message.endswith("; nothing was applied")
+    (result,) = task["resultObjects"]
+    assert (result["manifests"], result["failedManifest"], result["notApplied"]) == ([], "deployment typo", [])
+    assert apps.list_namespaced_deployment(ns).items == []
 
 
 def test_an_unknown_account_fails_the_task(hub):

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import orjson
 
-from ..kube.operations import OperationFailed, Outcome
+from ..kube.operations import STATUS_REASONS, OperationFailed, Outcome
 from ..protocol import pb
 from .accounts import AccountManager, AccountUnavailable
 from .scrub import scrub_secret
@@ -163,7 +163,12 @@ class OperationExecutor:
                                     output=orjson.dumps(output), expect=expect)
         if out.error is not None:
             e = out.error
-            result.error.CopyFrom(pb.Status(code=e.code, reason=e.reason, message=e.message,
+            # The last guard of "never a bare 500": whatever made this failure, it leaves with a
+            # reason and a message that say what the agent was doing.
+            code = e.code or 500
+            reason = e.reason or STATUS_REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
+            message = e.message or f"{op.type} failed with {code} {reason} while {out.step or 'starting'}"
+            result.error.CopyFrom(pb.Status(code=code, reason=reason, message=message,
                                             details=orjson.dumps(e.details) if e.details is not None else b""))
         return result
 

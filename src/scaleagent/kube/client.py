@@ -34,7 +34,9 @@ class ConnectionFailed(KubeError):
 
 class APIError(KubeError):
     def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        # A Status may come without a reason (Kubernetes 1.20's 500s do): no "500 : ..." then.
+        head = f"{status} {reason}" if reason else str(status)
+        super().__init__(f"{head}: {message}" if message else head)
         self.status = status
         self.reason = reason
         self.message = message

@@ -27,7 +27,7 @@ from .client import APIError, ConnectionFailed, KubeClient, KubeError, describe_
 from .discovery import KindInfo
 from .resources import ResourceMap, UnknownKind
 
-__all__ = ["OPERATIONS", "ClusterOperations", "OperationFailed", "Outcome", "Touched"]
+__all__ = ["OPERATIONS", "STATUS_REASONS", "ClusterOperations", "OperationFailed", "Outcome", "Touched", "api_failure"]
 
 log = logging.getLogger("scaleagent.kube.operations")
 
@@ -51,6 +51,10 @@ UNDO_KEEPS = frozenset({
 })
 # A job's logs are reported up to this size per container (the end of the log is kept).
 MAX_LOG_BYTES = 256 * 1024
+# A Job cut by its deadline: how many of its pods its message describes, and jobStatus.pods lists
+# (a Job of a thousand pods must not make a message nobody reads, or a result the hub refuses).
+MAX_PODS_IN_MESSAGE = 5
+MAX_REPORTED_PODS = 100
 # Kinds applied before the rest of a deploy, in this order: what others depend on. Everything
 # else keeps the order it was given in.
 APPLY_FIRST = (
@@ -86,12 +90,12 @@ _BAD_MANIFEST_500 = ("failed to create typed patch object", "field not declared 
 def api_failure(e: APIError, what: str = "", done: str = "") -> OperationFailed:
     """An API server's refusal as an operation's failure: always a reason and a message that say
     what was wrong, never a bare 500 "Error"."""
-    message = e.message or f"the API server answered {e.status} {e.reason or ''} with no message".replace("  ", " ")
-    status, reason = e.status, e.reason
+    status, reason = e.status, e.reason if e.reason != "Error" else ""  # "Error": APIError's stand-in for none
+    message = e.message or f"the API server answered {status}{' ' + reason if reason else ''} with no message"
     if status == 500 and any(marker in message for marker in _BAD_MANIFEST_500):
         status, reason = 400, "BadRequest"
         message = f"the API server rejected the manifest: {message}"
-    if not reason or reason == "Error":
+    if not reason:
         reason = STATUS_REASONS.get(status, "InternalError" if status >= 500 else "BadRequest")
     details = (e.body or {}).get("details") if isinstance(e.body, dict) else None
     return OperationFailed(status, reason, f"{what}: {message}{done}" if what else f"{message}{done}", details)
@@ -192,7 +196,8 @@ class ClusterOperations:
         except OperationFailed as e:
             out.error = e
         except APIError as e:
-            out.error = api_failure(e, out.step)
+            # An answer without a message still says what was being done, even before any step.
+            out.error = api_failure(e, out.step or ("" if e.message else f"running {type_}"))
         except ConnectionFailed as e:
             out.error = OperationFailed(503, "ServiceUnavailable", str(e))
         except Exception as e:  # noqa: BLE001 - input of a shape nobody expected, or a bug: what was done stays known
@@ -592,14 +597,7 @@ class ClusterOperations:
             async with asyncio.timeout_at(_before(out.deadline)):
                 job = await self._wait(kind, namespace, name, lambda obj: obj is None or _job_finished(obj) is not None)
         except TimeoutError:
-            out.step = f"reading the pods of job {name} in namespace {namespace}"
-            pods = await self._job_pods(namespace, created)
-            out.output["jobStatus"] = {"name": name, "namespace": namespace, "status": "running",
-                                       "pods": [_pod_state(p) for p in pods]}
-            doing = "; ".join(_pod_state(p) for p in pods) or "it has created no pod yet"
-            raise OperationFailed(504, "Timeout", f"job {name} in namespace {namespace} did not complete before the "
-                                                  f"operation's deadline: {doing}. The Job was left in place; delete "
-                                                  f"it with a deleteManifest of 'job {name}'") from None
+            raise await self._job_timed_out(kind, namespace, created, out) from None
         if job is None:
             raise OperationFailed(410, "Gone", f"job {name} in namespace {namespace} was deleted before it completed")
         out.record(kind, job)
@@ -614,6 +612,44 @@ class ClusterOperations:
         out.output["logs"] = await self._job_logs(namespace, job)
         if outcome == "failed":
             raise OperationFailed(500, "JobFailed", f"job {name} in namespace {namespace} failed: {reason}")
+
+    async def _job_timed_out(self, kind: KindInfo, namespace: str, created: dict[str, Any],
+                             out: Outcome) -> OperationFailed:
+        """The failure of a Job still running at the deadline: what each of its pods is doing, read
+        in the time kept before the deadline (on a cluster with no node or no scheduler for them,
+        "Pending" alone would not say why). The Job is kept, as Clouddriver keeps it: the user can
+        inspect it, or let it finish. Reads that fail are said, never in place of the timeout."""
+        name = created["metadata"]["name"]
+        where = f"job {name} in namespace {namespace}"
+        out.step = f"reading the pods of {where}"
+        job = created
+        try:
+            job = await self.client.get(self._path(kind, namespace, name)) or created
+        except KubeError:
+            pass  # the state at creation still names the pods' selector
+        status = job.get("status") or {}
+        report: dict[str, Any] = {"name": name, "namespace": namespace, "status": "running",
+                                  "active": status.get("active", 0), "succeeded": status.get("succeeded", 0),
+                                  "failed": status.get("failed", 0)}
+        out.output["jobStatus"] = report
+        try:
+            pods = await self._job_pods(namespace, job)
+        except KubeError as e:
+            doing = f"its pods could not be read ({e})"
+        else:
+            pods.sort(key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                                     str((p.get("metadata") or {}).get("name") or "")))
+            states = [_pod_state(p) for p in pods]
+            report["pods"] = states[:MAX_REPORTED_PODS]
+            shown = states[:MAX_PODS_IN_MESSAGE]
+            if len(states) > len(shown):
+                shown.append(f"and {len(states) - len(shown)} more pod(s) (see jobStatus.pods)")
+            doing = "; ".join(shown) if states else (
+                "it has created no pod: it is suspended (spec.suspend)" if (job.get("spec") or {}).get("suspend")
+                else "it has created no pod yet")
+        return OperationFailed(504, "Timeout", f"{where} did not complete before the operation's deadline: {doing}. "
+                                               f"The Job {namespace}/{name} was left in place; delete it with a "
+                                               f"deleteManifest of 'job {name}'")
 
     async def _job_pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
         match = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -720,7 +756,11 @@ def _pod_state(pod: dict[str, Any]) -> str:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     why = []
-    conditions = status.get("conditions") or []
+    if status.get("reason"):  # the pod's own verdict: Evicted, DeadlineExceeded, NodeLost...
+        why.append(str(status["reason"]) + (f": {status['message']}" if status.get("message") else ""))
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        why.append("being deleted")
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     for c in conditions:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             why.append(f"not scheduled: {c.get('reason') or 'Unschedulable'}"
@@ -729,7 +769,7 @@ def _pod_state(pod: dict[str, Any]) -> str:
             and not any(c.get("type") == "PodScheduled" for c in conditions):
         why.append("no node assigned yet: no scheduler has placed it (is one running, and is any node ready?)")
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        state = cs.get("state") or {}
+        state = (cs.get("state") or {}) if isinstance(cs, dict) else {}
         if state.get("waiting"):
             w = state["waiting"]
             why.append(f"container {cs.get('name')} waiting: {w.get('reason') or 'unknown reason'}"
