@@ -306,13 +306,13 @@ class HubProcess:
                     raise TimeoutError(f"no {what} ({pattern!r}) within {timeout}s; hub log:\n" + "\n".join(self.log[-20:]))
                 self._new.wait(remaining)
 
-    def get(self, path: str) -> tuple[int, object]:
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, object]:
         import json
         import urllib.error
         import urllib.request
 
         try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
@@ -336,13 +336,15 @@ class HubProcess:
         assert status == 200, (status, created)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            task = self.json(f"{created['resourceUri']}?waitSeconds=10")  # type: ignore[index]
+            # The long poll holds up to 10 s; the client waits longer, so an answer at 10 s is read.
+            status, task = self.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)  # type: ignore[index]
+            assert status == 200, (created, status, task)
             if task["state"] != "running":  # type: ignore[index]
                 return task  # type: ignore[return-value]
         raise TimeoutError(f"task {created} still running after {timeout}s; hub log:\n" + "\n".join(self.log[-20:]))
 
-    def json(self, path: str) -> object:
-        status, doc = self.get(path)
+    def json(self, path: str, timeout: float = 10.0) -> object:
+        status, doc = self.get(path, timeout)
         assert status == 200, (path, status, doc)
         return doc
 
@@ -413,3 +415,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tls_hub(directory: Path, **config: object) -> tuple[HubProcess, HubPki]:
+    """A hub over TLS on free ports with its database in `directory`; `config` adds or replaces
+    top-level sections of its configuration."""
+    pki = make_hub_pki(directory)
+    doc = {"server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+           "database": {"url": f"sqlite:///{directory / 'hub.db'}"}, **config}
+    return HubProcess(write_yaml(directory / "hub.yaml", doc)), pki
+
+
+def agent_of(hub: HubProcess, pki: HubPki, directory: Path, accounts: list[dict], **clouddriver: object) -> AgentProcess:
+    """An agent following `accounts`, connected to `hub` over TLS; `clouddriver` adds settings."""
+    return AgentProcess(write_yaml(directory / "agent.yaml", {
+        "kubernetes": {"accounts": accounts}, "server": {"port": 0},
+        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}, **clouddriver}}),
+        print_events=False)

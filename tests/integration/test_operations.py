@@ -210,7 +210,7 @@ def test_scale_manifest(hub, ns, apps):
     status, created = hub.post("/kubernetes/ops/scaleManifest", {"account": "ops", "manifestName": "deployment s",
                                                                  "location": ns, "replicas": 4})
     assert status == 200, created
-    completed(hub.json(f"{created['resourceUri']}?waitSeconds=30"))
+    completed(hub.json(f"{created['resourceUri']}?waitSeconds=30", timeout=45))
     assert apps.read_namespaced_deployment("s", ns).spec.replicas == 4
     assert cached(hub, "ops", "Deployment", ns, "s")["spec"]["replicas"] == 4
 

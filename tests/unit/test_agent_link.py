@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from scaleagent.agent.link import HubLink, LinkSettings
+from scaleagent.agent.sinks import AccountAnswer, AccountDescription
 from scaleagent.kube.events import ObjectEvent
+from scaleagent.protocol import pb
 
 
 def event(name: str, size: int) -> ObjectEvent:
@@ -25,3 +29,46 @@ def test_an_event_larger_than_the_limit_is_counted_not_sent():
     chunks = link._split([event("small", 10), event("huge", 20_000), event("after", 10)])
     assert [[e.name for e in c] for c in chunks] == [["small", "after"]]
     assert link.dropped_oversize == 1
+
+
+class HeldStream:
+    """The Caching stream as the writer sees it; its first write waits until the test lets it go,
+    as a gRPC write waits for flow control while other tasks run."""
+
+    def __init__(self) -> None:
+        self.written: list = []
+        self.writing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def write(self, message) -> None:
+        self.writing.set()
+        await self.release.wait()
+        self.written.append(message)
+
+
+class DeletingAccounts:
+    """The account manager's answer to a DeleteAccounts: every name was followed and is now stopped."""
+
+    async def delete_dynamic(self, names):
+        return [AccountAnswer(name, True, removed=True) for name in names]
+
+
+async def test_accounts_removed_while_their_descriptions_are_written_do_not_break_the_link():
+    # Under a burst of dynamic-account changes the reader removes descriptions (DeleteAccounts)
+    # while the writer is sending them: the writer must neither crash nor resend what it sent.
+    link = HubLink(LinkSettings(target="localhost:1"))
+    link.accounts = DeletingAccounts()
+    for name in ("a", "b", "c"):
+        link.describe(AccountDescription(name, "watching"))
+    stream = HeldStream()
+    writer = asyncio.create_task(link._flush_descriptions(stream))
+    await stream.writing.wait()  # the writer is now inside its first write
+    await link._delete_accounts(pb.DeleteAccounts(request_id="r1", names=["b", "c"]))
+    stream.release.set()
+    await writer
+    written = [m.account.name for m in stream.written]
+    assert sorted(written) == ["a", "b", "c"] and len(written) == 3
+    assert link._described == {}
+    # The hub is then told that b and c are gone, after their last description.
+    await link._flush_control(stream)
+    assert [m.account_removed.name for m in stream.written if m.HasField("account_removed")] == ["b", "c"]
