@@ -13,7 +13,7 @@ from scaleagent.agent.scrub import LAST_APPLIED, scrub_secret
 from scaleagent.agent.sinks import event_json
 from scaleagent.kube.discovery import KindInfo, select_kinds
 from scaleagent.kube.events import ObjectEvent
-from scaleagent.kube.reflector import Gone, Reflector
+from scaleagent.kube.reflector import ClusterReplaced, Gone, Reflector
 from scaleagent.kube.client import APIError
 
 POD = KindInfo("", "v1", "Pod", "pods", True)
@@ -176,3 +176,16 @@ async def test_a_long_stream_excuses_only_its_own_failure_from_backoff():
     assert r._stream_lasted(loop) is True
     # The relist that follows fails to connect: that failure must back off, not start over.
     assert r._stream_lasted(loop) is False
+
+
+def test_a_watch_event_older_than_where_the_watch_resumed_means_the_cluster_was_replaced():
+    # Storage only moves forward: an older version can only come from other storage.
+    r = reflector()
+    r._resumed_from = 500
+    newer = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"501"}}}'
+    older = b'{"type":"ADDED","object":{"metadata":{"name":"b","resourceVersion":"42"}}}'
+    assert r._decode([newer])[1] is None
+    with pytest.raises(ClusterReplaced, match="resourceVersion 42, older than 500"):
+        r._decode([older])
+    r._resumed_from = None  # a watch from a fresh list, or versions that are not numbers: nothing to judge
+    assert r._decode([older])[1] is None

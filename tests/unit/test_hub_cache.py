@@ -372,6 +372,19 @@ async def test_an_identical_resend_is_not_a_change():
     assert [(x.type, x.name) for x in pending(sub)] == [("MODIFIED", "q")]  # an agent's ADDED, a change here
 
 
+
+async def test_an_object_of_a_rebuilt_cluster_replaces_ours_even_under_the_same_version():
+    # A cluster whose storage was replaced reuses resourceVersions: the same name and version
+    # now stand for another object (another uid), which the snapshot must bring in.
+    c = Cache()
+    old = orjson.dumps({"metadata": {"name": "p", "namespace": "default", "uid": "old", "resourceVersion": "7"}})
+    new = orjson.dumps({"metadata": {"name": "p", "namespace": "default", "uid": "new", "resourceVersion": "7"}})
+    c.apply("a", [added("Pod", "p", rv="7", obj=old)])
+    sub = c.subscribe()
+    c.apply("a", [begin("Pod"), added("Pod", "p", rv="7", obj=new), end("Pod")])
+    assert orjson.loads(c.get("a", "Pod", "default", "p"))["metadata"]["uid"] == "new"
+    assert [(x.type, x.name) for x in pending(sub)] == [("MODIFIED", "p")]
+
 async def test_snapshot_sweeps_and_dropped_accounts_are_deletions():
     c = Cache()
     c.apply("a", [added("Pod", "p", rv="1"), added("Pod", "q", rv="7")])

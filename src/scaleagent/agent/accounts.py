@@ -28,7 +28,7 @@ from ..kube.discovery import KindInfo, discover, follow_once, readable, readable
 from ..kube.events import ObjectEvent
 from ..kube.operations import ClusterOperations
 from ..kube.resources import ResourceMap
-from ..kube.reflector import META_LIST, Backoff, Forbidden, Reflector
+from ..kube.reflector import META_LIST, META_ONE, Backoff, ClusterReplaced, Forbidden, Reflector
 from .budget import Budget
 from .config import ConfigError, dynamic_account
 from .retry_log import RetryReport
@@ -103,6 +103,11 @@ class AccountRunner:
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _retries: RetryReport | None = None
+    # Which cluster the watches' resourceVersions belong to: (namespace, uid) of kube-system (or
+    # default, when kube-system may not be read); empty when neither may be read.
+    _identity: tuple[str, str] = ("", "")
+    _identity_check: asyncio.Future[tuple[str, str]] | None = None
+    _restarting: asyncio.Task[None] | None = None
 
     @property
     def retries(self) -> RetryReport:
@@ -118,6 +123,8 @@ class AccountRunner:
         self._task = asyncio.get_running_loop().create_task(self.run(), name=f"account {self.name}")
 
     async def stop(self) -> None:
+        if self._restarting is not None and self._restarting is not asyncio.current_task():
+            self._restarting.cancel()  # stopped for good: a restart under way must not start it again
         if self._task:
             self._task.cancel()
             await asyncio.wait([self._task])  # a cancellation of our caller still propagates
@@ -214,8 +221,49 @@ class AccountRunner:
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
         self.fingerprint = await self._client.server_certificate_fingerprint() or ""
+        self._identity = ("", "")
+        self._identity = await self._read_identity()
         self.host = creds.server  # the API server URL, as Clouddriver records it
         self.sink.describe(self.description())  # the hub checks the cluster's identity before any event
+
+    async def _read_identity(self) -> tuple[str, str]:
+        """(namespace, uid) of a namespace no one can delete: it changes only with the storage."""
+        assert self._client is not None
+        recorded = self._identity[0]
+        for namespace in [recorded] if recorded else ["kube-system", "default"]:
+            try:
+                doc = await self._client.get(f"/api/v1/namespaces/{namespace}", accept=META_ONE)
+            except APIError as e:
+                if recorded and e.status == 404:
+                    return recorded, ""  # gone: not the cluster we listed
+                if recorded and e.status in (401, 403):
+                    return self._identity  # may no longer be read: nothing says the cluster changed
+                if e.status in (401, 403, 404):
+                    continue
+                raise
+            return namespace, str(((doc or {}).get("metadata") or {}).get("uid") or "")
+        return "", ""
+
+    async def _confirm_cluster(self) -> None:
+        """Before a watch resumes after a failure: raise ClusterReplaced when the API server now
+        serves other storage (a rebuilt or restored cluster), whose resourceVersions would resume
+        silently past objects we never saw. Watches resuming together share one request."""
+        if not self._identity[1]:
+            return
+        if self._identity_check is None or self._identity_check.done():
+            self._identity_check = asyncio.ensure_future(self._read_identity())
+        namespace, uid = await asyncio.shield(self._identity_check)
+        if uid != self._identity[1]:
+            raise ClusterReplaced(f"the {namespace} namespace's uid changed from {self._identity[1]} to "
+                                  f"{uid or 'none (it is gone)'}: the cluster was rebuilt or restored")
+
+    def _replaced(self, why: str) -> None:
+        """Start over from a fresh connection: every kind is listed again, and the hub's snapshot
+        of each replaces what it held."""
+        if self._restarting is not None and not self._restarting.done():
+            return
+        log.warning("account %s: %s; listing every kind again", self.name, why)
+        self._restarting = asyncio.get_running_loop().create_task(self.restart(), name=f"restart {self.name}")
 
     async def _close_client(self) -> None:
         if self._client is not None:
@@ -328,7 +376,7 @@ class AccountRunner:
             budget=self.budget.for_account(self.name), page_size=self.settings.page_size,
             field_selector=field_selector, metadata_only=is_secret(kind), transform=transform_for(kind),
             on_state=lambda state, reason: self._on_watch_state(key, state, reason),
-            watch_timeout=self.settings.watch_timeout,
+            watch_timeout=self.settings.watch_timeout, before_resume=self._confirm_cluster,
         )
         task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector),
                                                       name=f"{self.name} {kind.qualified}")
@@ -337,6 +385,8 @@ class AccountRunner:
     async def _run_watch(self, key: tuple[KindInfo, str | None], reflector: Reflector) -> None:
         try:
             await reflector.run()
+        except ClusterReplaced as e:
+            self._replaced(str(e))
         except Forbidden as e:
             # Rights can change: the kind is checked again at the next discovery, not retried in a loop.
             watch = self.watches.pop(key, None)

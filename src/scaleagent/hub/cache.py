@@ -480,10 +480,13 @@ class Cache:
             raise _Rejected("no name")
         nsd = kind.namespaces.get(namespace)
         old = nsd.get(name) if nsd is not None else None
-        if old is not None and rv and old.rv == rv:
-            old.gen = kind.gen  # seen again, unchanged (a resent snapshot): nothing to parse or tell
-            return
         obj = ev.object
+        if old is not None and rv and old.rv == rv and old.obj == obj:
+            # Seen again, unchanged (a resent snapshot): nothing to parse or tell. The bytes are
+            # compared too (cheap next to parsing): a cluster rebuilt with fresh storage reuses
+            # resourceVersions for other objects, and its object (another uid) must replace ours.
+            old.gen = kind.gen
+            return
         try:
             doc = _loads(obj)
         except _JSONDecodeError:

@@ -25,6 +25,7 @@ from .events import ADDED, DELETED, MODIFIED, SNAPSHOT_BEGIN, SNAPSHOT_END, Obje
 log = logging.getLogger("scaleagent.kube.reflector")
 
 Handler = Callable[[list[ObjectEvent]], Awaitable[None]]
+Check = Callable[[], Awaitable[None]]
 Transform = Callable[[dict[str, Any]], dict[str, Any]]
 StateCallback = Callable[[str, str], None]
 
@@ -43,6 +44,12 @@ class Gone(Exception):
 
 class Forbidden(Exception):
     """This identity may not list or watch the kind: stop and report."""
+
+
+class ClusterReplaced(Exception):
+    """The API server now serves other storage than the one our resourceVersion came from (a
+    cluster rebuilt or restored from a backup): resuming would silently miss objects, so every
+    kind of the account must be listed again."""
 
 
 class Backoff:
@@ -67,12 +74,18 @@ def _object_event(account: str, kind: KindInfo, type_: str, obj: dict[str, Any],
                        meta.get("uid", ""), meta.get("resourceVersion", ""), type_, raw)
 
 
+def _number(rv: str | None) -> int | None:
+    """resourceVersions are opaque, but etcd's (and kubesim's) are increasing integers."""
+    return int(rv) if rv and rv.isdigit() else None
+
+
 class Reflector:
     def __init__(
         self, client: KubeClient, kind: KindInfo, handler: Handler, *, account: str, namespace: str | None = None,
         budget: Callable[[], AsyncContextManager[Any]] | None = None, page_size: int = 500,
         field_selector: str = "", metadata_only: bool = False, transform: Transform | None = None,
         on_state: StateCallback | None = None, watch_timeout: tuple[int, int] = (300, 600),
+        before_resume: Check | None = None,
     ) -> None:
         self.client, self.kind, self.handler = client, kind, handler
         self.account, self.namespace = account, namespace
@@ -81,12 +94,17 @@ class Reflector:
         self.metadata_only, self.transform = metadata_only, transform
         self.on_state = on_state or (lambda state, reason: None)
         self.watch_timeout = watch_timeout
+        # Raises ClusterReplaced when the cluster is not the one listed; asked before a watch
+        # resumes after a failure or an early end: the moments a server may have been replaced.
+        self.before_resume = before_resume
+        self._suspect = False
         self.resource_version: str | None = None
         self.synced = asyncio.Event()
         self.relists = 0
         self.resumes = 0
         self.failures = 0  # consecutive: how long this watch has been unable to make progress
         self._stream_started: float | None = None
+        self._resumed_from: int | None = None
 
     @property
     def scope(self) -> str:
@@ -109,6 +127,11 @@ class Reflector:
                     last_list = loop.time()
                     self.synced.set()
                     self.failures = 0
+                elif self._suspect:
+                    if self.before_resume is not None:
+                        await self.before_resume()
+                    await self._check_not_ahead()
+                self._suspect = True  # until the watch below ends by its own timeout
                 started, delivered = loop.time(), await self._watch()
                 if loop.time() - started < SHORT_WATCH and not delivered:
                     # client-go's "very short watch": treat as a failure, not as a reason to spin.
@@ -208,9 +231,11 @@ class Reflector:
         did not accept is seen again after a restart.
         """
         timeout = random.randint(*self.watch_timeout)
+        started = asyncio.get_running_loop().time()
         params = {**self._params(), "watch": "1", "allowWatchBookmarks": "true",
                   "resourceVersion": self.resource_version or "", "timeoutSeconds": str(timeout)}
         delivered = 0
+        self._resumed_from = _number(self.resource_version)
         self._stream_started = asyncio.get_running_loop().time()
         async with self.client.stream("GET", self.kind.path(self.namespace), params=params,
                                       accept=META_ONE if self.metadata_only else None,
@@ -240,7 +265,9 @@ class Reflector:
                     self.resource_version = rv
                 if error is not None:
                     raise error
-        self.resumes += 1  # the server ended the watch (its timeout): resume
+        self.resumes += 1  # the server ended the watch: resume
+        # Ended by its timeout (give or take the server's own rounding), or sooner: a server going away.
+        self._suspect = asyncio.get_running_loop().time() - started < timeout * 0.9
         return delivered
 
     def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None, str]:
@@ -263,12 +290,35 @@ class Reflector:
                 raw = line[len(prefix):-1] if line.startswith(prefix) and line.endswith(b"}") else None
                 event = self._encode(type_, obj, raw)
                 rv = event.resource_version or rv
+                self._check_forward(event.resource_version)
                 out.append(event)
             elif type_ == "BOOKMARK" and isinstance(obj, dict):
                 rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
             elif type_ == "ERROR":
                 return out, self._watch_error(obj if isinstance(obj, dict) else {}), rv
         return out, None, rv
+
+    async def _check_not_ahead(self) -> None:
+        """A cluster restored from a backup keeps its identity but goes back in time: a watch from
+        a version it has not reached yet is accepted and stays silent until the cluster gets there
+        (a real 1.20 server answers 200 and nothing). A one-item list says where it is now."""
+        held = _number(self.resource_version)
+        if held is None:
+            return
+        page = await self.client.get(self.kind.path(self.namespace), params={**self._params(), "limit": "1"},
+                                     accept=META_LIST)
+        current = _number(str(((page or {}).get("metadata") or {}).get("resourceVersion") or ""))
+        if current is not None and held > current:
+            raise ClusterReplaced(f"the watch of {self.kind.qualified} would resume from resourceVersion {held}, but "
+                                  f"the cluster is at {current}: it was restored from an older state")
+
+    def _check_forward(self, rv: str) -> None:
+        """A watch only delivers changes newer than the version it started from; an older one
+        means the server's storage is not the one that version came from."""
+        number = _number(rv)
+        if number is not None and self._resumed_from is not None and number < self._resumed_from:
+            raise ClusterReplaced(f"a watch of {self.kind.qualified} delivered resourceVersion {rv}, older than "
+                                  f"{self._resumed_from} which it resumed from: the cluster's storage was replaced")
 
     @staticmethod
     def _watch_error(status: dict[str, Any]) -> Exception:
