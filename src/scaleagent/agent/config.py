@@ -360,13 +360,14 @@ class AuthConfig(ConfigModel):
 class ClouddriverConfig(ConfigModel):
     """The connection to the hub."""
 
-    ignored_keys = frozenset({"keepAliveTimeOutSeconds", "keepAliveOperationSeconds", "noProxy", "backoff"})
+    ignored_keys = frozenset({"keepAliveOperationSeconds", "noProxy", "backoff"})
 
     grpc: StrictStr = "localhost:9091"
     insecure: StrictBool = False
     tls: TlsConfig = Field(default_factory=TlsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
-    keep_alive_heartbeat_seconds: StrictInt = Field(10, ge=0)
+    keep_alive_heartbeat_seconds: StrictInt = Field(10, ge=0, le=3600)
+    keep_alive_time_out_seconds: StrictInt = Field(10, ge=1, le=3600)
 
     @field_validator("grpc")
     @classmethod

@@ -73,7 +73,8 @@ class LinkSettings:
     client_key_file: Path | None = None
     cacert_file: Path | None = None
     token: str = field(default="", repr=False)
-    keep_alive_seconds: int = 10
+    keep_alive_seconds: int = 10  # heartbeats (and HTTP/2 pings) to the hub; 0: none
+    keep_alive_timeout_seconds: int = 10  # silence after a heartbeat that ends the link
     agent_id: str = ""
     zone_id: str = ""
     dynamic_accounts_enabled: bool = True
@@ -114,6 +115,7 @@ class HubLink:
         self._control: collections.deque[pb.CachingMessage] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._max_bytes = 4 * 1024 * 1024
+        self._heard_at = 0.0  # monotonic: when the hub last said anything on this connection
 
     # --- the sink side, called by the watch engine ------------------------------------------------
 
@@ -211,6 +213,7 @@ class HubLink:
             await caching.write(pb.CachingMessage(hello=pb.Hello(
                 protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, zone_id=s.zone_id,
                 agent_version=__version__, dynamic_accounts_enabled=s.dynamic_accounts_enabled,
+                heartbeat_seconds=max(0, s.keep_alive_seconds), heartbeat_timeout_seconds=max(1, s.keep_alive_timeout_seconds),
                 accounts=[_account_message(d) for d in self.accounts.descriptions()])))
             try:
                 welcome = await asyncio.wait_for(caching.read(), WELCOME_TIMEOUT)
@@ -237,12 +240,15 @@ class HubLink:
             self.state, self.reason, self.connected_since = "connected", "", time.time()
             self._connected.set()
             backoff.reset()
+            self._heard_at = time.monotonic()
             tasks = [
                 asyncio.create_task(self._write(caching, window), name="hub link writer"),
                 asyncio.create_task(self._read(caching, window), name="hub link reader"),
                 asyncio.create_task(self.operations.serve(operations, self._max_bytes) if self.operations is not None
                                     else _refuse_operations(operations), name="hub link operations"),
             ]
+            if w.heartbeats and s.keep_alive_seconds > 0:
+                tasks.append(asyncio.create_task(self._heartbeats(), name="hub link heartbeats"))
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 failures = [t.exception() for t in done if t.exception() is not None]
@@ -312,9 +318,11 @@ class HubLink:
 
     async def _flush_descriptions(self, call: grpc.aio.StreamStreamCall) -> None:
         """The descriptions whose preceding events are all written (or dropped with their connection)."""
-        ready = [name for name, (_, after) in self._described.items() if after <= self._written]
-        for name in ready:
-            description, _ = self._described.pop(name)
+        # Taken out before the first write: while a write waits, the reader may remove accounts
+        # (DeleteAccounts) or the watch engine describe them again, and both change `_described`.
+        ready = [self._described.pop(name)[0] for name, (_, after) in list(self._described.items())
+                 if after <= self._written]
+        for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
     def _split(self, batch: Sequence[ObjectEvent]) -> list[list[pb.Event]]:
@@ -348,6 +356,7 @@ class HubLink:
             msg = await call.read()
             if msg is grpc.aio.EOF:
                 return
+            self._heard_at = time.monotonic()
             which = msg.WhichOneof("message")
             if which == "ack":
                 for _ in range(msg.ack.sequence - acked):
@@ -364,6 +373,32 @@ class HubLink:
                 await self._add_accounts(msg.add_accounts)
             elif which == "delete_accounts":
                 await self._delete_accounts(msg.delete_accounts)
+
+    async def _heartbeats(self) -> None:
+        """Send a Heartbeat every `keep_alive_seconds`; end the link (LinkError) when the hub has
+        said nothing for `keep_alive_timeout_seconds` after one. TCP and HTTP/2 keepalives take a
+        minute or more to give up on a frozen network; meanwhile the hub would show the account
+        fine and the agent would queue changes for nobody."""
+        s = self.settings
+        period, timeout = float(s.keep_alive_seconds), float(max(1, s.keep_alive_timeout_seconds))
+        tick = min(1.0, period)
+        sequence = 0
+        unanswered_since: float | None = None  # when the oldest heartbeat not answered yet was sent
+        next_beat = time.monotonic() + period
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if unanswered_since is not None and self._heard_at >= unanswered_since:
+                unanswered_since = None
+            if unanswered_since is not None and now - unanswered_since > timeout:
+                raise LinkError(f"no answer from the hub for {now - unanswered_since:.0f}s after a heartbeat "
+                                f"(keepAliveTimeOutSeconds is {timeout:g}): the connection is taken for dead")
+            if now >= next_beat:
+                sequence += 1
+                self._send_control(pb.CachingMessage(heartbeat=pb.Heartbeat(sequence=sequence)))
+                if unanswered_since is None:
+                    unanswered_since = now
+                next_beat = now + period
 
     async def _add_accounts(self, request: pb.AddAccounts) -> None:
         """Carried out before the next message is read, so requests take effect in the hub's order."""

@@ -66,6 +66,7 @@ def link_settings(config: AgentConfig) -> LinkSettings:
         insecure_skip_verify=c.tls.insecure_skip_verify, client_cert_file=c.tls.client_cert_file,
         client_key_file=c.tls.client_key_file, cacert_file=c.tls.cacert_file,
         token=c.auth.token.get_secret_value(), keep_alive_seconds=c.keep_alive_heartbeat_seconds,
+        keep_alive_timeout_seconds=c.keep_alive_time_out_seconds,
         agent_id=config.agent_id or default_agent_id(), zone_id=config.zone_id or "",
         dynamic_accounts_enabled=config.dynamic_accounts_enabled,
     )

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -39,6 +40,14 @@ class LinkRefused(Exception):
         self.code, self.reason = code, reason
 
 
+class LinkSilent(LinkRefused):
+    """The agent said nothing for longer than its own heartbeat settings allow: the connection is
+    taken for dead, and its accounts start their grace period now rather than when TCP gives up."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, reason)
+
+
 class AgentLinkService(pb_grpc.AgentLinkServicer):
     def __init__(self, registry: Registry, cache: Cache, *, token: str, max_message_bytes: int) -> None:
         self.registry, self.cache = registry, cache
@@ -64,16 +73,27 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             session.control = outbox.put_nowait
             await context.write(pb.CachingControl(welcome=pb.Welcome(
                 session_id=session.id, hub_replica=self.registry.replica, protocol_version=PROTOCOL_VERSION,
-                max_message_bytes=self.max_message_bytes)))
+                max_message_bytes=self.max_message_bytes, heartbeats=True)))
             for account in hello.accounts:
                 self._account(session, account)
             sender = asyncio.create_task(_send_all(context, outbox))
+            heard = _Heard()
+            tasks = [asyncio.create_task(self._receive(session, context, heard))]
+            if hello.heartbeat_seconds:
+                tasks.append(asyncio.create_task(_watch_silence(
+                    heard, hello.heartbeat_seconds, max(1, hello.heartbeat_timeout_seconds))))
             try:
-                await self._receive(session, context)
+                await _first_of(tasks)
             finally:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sender
+                for task in [*tasks, sender]:
+                    task.cancel()
+                for task in [*tasks, sender]:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+        except LinkSilent as e:
+            log.warning("ended the session of agent %s at %s: %s", session.agent_id if session else "?",
+                        context.peer(), e.reason)
+            await context.abort(e.code, e.reason)
         except LinkRefused as e:
             self.refused += 1
             who = session.agent_id if session else "an agent"
@@ -110,10 +130,11 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the hello needs an agent_id of 1-253 characters")
         return hello
 
-    async def _receive(self, session: Session, context: grpc.aio.ServicerContext) -> None:
+    async def _receive(self, session: Session, context: grpc.aio.ServicerContext, heard: _Heard) -> None:
         expected = 1
         while True:
             msg = await context.read()
+            heard.now()
             if msg is grpc.aio.EOF:
                 # Also what gRPC itself leaves us with after cutting a message over its own limit.
                 log.info("agent %s ended its Caching stream (a message over %d bytes would also end it here)",
@@ -144,6 +165,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 else:
                     log.info("agent %s answered request %s, but this hub sends no dynamic accounts",
                              session.agent_id, msg.accounts_answer.request_id)
+            elif which == "heartbeat":
+                assert session.control is not None
+                session.control(pb.CachingControl(heartbeat=pb.Heartbeat(sequence=msg.heartbeat.sequence)))
             elif which == "hello":
                 raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "a second hello on the same stream")
             else:
@@ -224,6 +248,35 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     session.operate = None
                     if self.operations is not None:
                         self.operations.detached(session)
+
+
+class _Heard:
+    """When the agent last said anything (any message counts, not only heartbeats)."""
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+
+    def now(self) -> None:
+        self.at = time.monotonic()
+
+
+async def _watch_silence(heard: _Heard, heartbeat_seconds: int, timeout_seconds: int) -> None:
+    """Raises LinkSilent once the agent has been silent for a heartbeat period plus its timeout."""
+    limit = heartbeat_seconds + timeout_seconds
+    while True:
+        silent = time.monotonic() - heard.at
+        if silent > limit:
+            raise LinkSilent(f"no message from the agent for {silent:.0f}s (it sends a heartbeat every "
+                             f"{heartbeat_seconds}s, with a timeout of {timeout_seconds}s): the connection is "
+                             "taken for dead")
+        await asyncio.sleep(limit - silent + 0.05)
+
+
+async def _first_of(tasks: list[asyncio.Task[None]]) -> None:
+    """Wait until one task ends; raise its exception if it failed."""
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()
 
 
 async def _send_all(context: grpc.aio.ServicerContext, outbox: asyncio.Queue[Any]) -> None:

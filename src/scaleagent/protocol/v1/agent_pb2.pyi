@@ -24,34 +24,46 @@ SNAPSHOT_BEGIN: EventType
 SNAPSHOT_END: EventType
 
 class CachingMessage(_message.Message):
-    __slots__ = ("hello", "account", "events", "account_removed", "accounts_answer")
+    __slots__ = ("hello", "account", "events", "account_removed", "accounts_answer", "heartbeat")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_REMOVED_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTS_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     account: Account
     events: EventBatch
     account_removed: AccountRemoved
     accounts_answer: AccountsAnswer
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., account: _Optional[_Union[Account, _Mapping]] = ..., events: _Optional[_Union[EventBatch, _Mapping]] = ..., account_removed: _Optional[_Union[AccountRemoved, _Mapping]] = ..., accounts_answer: _Optional[_Union[AccountsAnswer, _Mapping]] = ...) -> None: ...
+    heartbeat: Heartbeat
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., account: _Optional[_Union[Account, _Mapping]] = ..., events: _Optional[_Union[EventBatch, _Mapping]] = ..., account_removed: _Optional[_Union[AccountRemoved, _Mapping]] = ..., accounts_answer: _Optional[_Union[AccountsAnswer, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "agent_id", "zone_id", "agent_version", "accounts", "dynamic_accounts_enabled")
+    __slots__ = ("protocol_version", "agent_id", "zone_id", "agent_version", "accounts", "dynamic_accounts_enabled", "heartbeat_seconds", "heartbeat_timeout_seconds")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     ZONE_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
     DYNAMIC_ACCOUNTS_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     agent_id: str
     zone_id: str
     agent_version: str
     accounts: _containers.RepeatedCompositeFieldContainer[Account]
     dynamic_accounts_enabled: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., agent_id: _Optional[str] = ..., zone_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[Account, _Mapping]]] = ..., dynamic_accounts_enabled: _Optional[bool] = ...) -> None: ...
+    heartbeat_seconds: int
+    heartbeat_timeout_seconds: int
+    def __init__(self, protocol_version: _Optional[int] = ..., agent_id: _Optional[str] = ..., zone_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[Account, _Mapping]]] = ..., dynamic_accounts_enabled: _Optional[bool] = ..., heartbeat_seconds: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("sequence",)
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    def __init__(self, sequence: _Optional[int] = ...) -> None: ...
 
 class Account(_message.Message):
     __slots__ = ("name", "state", "reason", "api_host", "certificate_fingerprint", "server_version", "properties", "kinds")
@@ -128,32 +140,36 @@ class EventBatch(_message.Message):
     def __init__(self, sequence: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class CachingControl(_message.Message):
-    __slots__ = ("welcome", "ack", "account_rejected", "resync", "add_accounts", "delete_accounts")
+    __slots__ = ("welcome", "ack", "account_rejected", "resync", "add_accounts", "delete_accounts", "heartbeat")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_REJECTED_FIELD_NUMBER: _ClassVar[int]
     RESYNC_FIELD_NUMBER: _ClassVar[int]
     ADD_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
     DELETE_ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     ack: Ack
     account_rejected: AccountRejected
     resync: Resync
     add_accounts: AddAccounts
     delete_accounts: DeleteAccounts
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., account_rejected: _Optional[_Union[AccountRejected, _Mapping]] = ..., resync: _Optional[_Union[Resync, _Mapping]] = ..., add_accounts: _Optional[_Union[AddAccounts, _Mapping]] = ..., delete_accounts: _Optional[_Union[DeleteAccounts, _Mapping]] = ...) -> None: ...
+    heartbeat: Heartbeat
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., account_rejected: _Optional[_Union[AccountRejected, _Mapping]] = ..., resync: _Optional[_Union[Resync, _Mapping]] = ..., add_accounts: _Optional[_Union[AddAccounts, _Mapping]] = ..., delete_accounts: _Optional[_Union[DeleteAccounts, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "hub_replica", "protocol_version", "max_message_bytes")
+    __slots__ = ("session_id", "hub_replica", "protocol_version", "max_message_bytes", "heartbeats")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HUB_REPLICA_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     hub_replica: str
     protocol_version: int
     max_message_bytes: int
-    def __init__(self, session_id: _Optional[str] = ..., hub_replica: _Optional[str] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
+    heartbeats: bool
+    def __init__(self, session_id: _Optional[str] = ..., hub_replica: _Optional[str] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., heartbeats: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("sequence",)
