@@ -41,6 +41,7 @@ from .account_models import SETTINGS, AccountChange, AccountIn, InvalidRequest, 
 from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
 from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
 from .states import TRANSIENT, AccountState, TransitionError, check_transition
+from ..kube.reflector import Backoff
 from .store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
 
 if TYPE_CHECKING:
@@ -51,6 +52,9 @@ __all__ = ["AccountsService", "Conflict", "Dispatcher", "UnknownAccounts"]
 
 S = AccountState
 SOURCE = "api"
+# How long a background handler keeps trying while the database fails; the periodic repair
+# (every dynamicAccounts.retryFrequencySeconds) covers longer outages.
+STORE_RETRY_SECONDS = 300.0
 
 log = logging.getLogger("scaleagent.hub.accounts")
 
@@ -526,22 +530,56 @@ class AccountsService:
 
     def _on_registry(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         """A registry listener: runs inside the registry's call, so it only schedules work. Each
-        handler ends by notifying `wait_for` waiters, whether or not it changed a row."""
+        handler ends by notifying `wait_for` waiters, whether or not it changed a row, and is
+        run again while the database fails (`_handle`)."""
         if what == "described" and session is not None and record is not None:
             if record.name in self.registry.managed and record.agent_state in ("watching", "error"):
-                self._spawn(self._notifying(self._on_described(session, record.name, record.agent_state, record.reason,
-                                                           cluster=(record.api_host, record.fingerprint))),
-                        "described")
+                name, state, reason = record.name, record.agent_state, record.reason
+                cluster = (record.api_host, record.fingerprint)
+                self._handle(lambda: self._on_described(session, name, state, reason, cluster=cluster),
+                             f"account {name} described by agent {session.agent_id}")
         elif what == "rejected" and session is not None and record is not None:
             if record.name in self.registry.managed:
-                reason = session.rejected.get(record.name, "the hub refused it")
-                self._spawn(self._notifying(self._on_described(session, record.name, "error", reason)), "rejected")
+                name, reason = record.name, session.rejected.get(record.name, "the hub refused it")
+                self._handle(lambda: self._on_described(session, name, "error", reason),
+                             f"account {name} rejected")
         elif what == "orphaned" and record is not None and record.name in self.registry.managed:
-            self._spawn(self._notifying(self._on_orphaned(record.name)), "orphaned")
+            name = record.name
+            self._handle(lambda: self._on_orphaned(name), f"account {name} orphaned")
         elif what == "opened" and session is not None:
-            self._spawn(self._notifying(self._recover(session)), "recover")
+            self._handle(lambda: self._recover(session), f"agent {session.agent_id} connected")
         elif what == "closed" and session is not None:
-            self._spawn(self._notifying(self._on_closed(session)), "closed")
+            self._handle(lambda: self._on_closed(session), f"agent {session.agent_id} left")
+
+    def _handle(self, work: Callable[[], Awaitable[Any]], what: str) -> None:
+        self._spawn(self._notifying(self._retrying(work, what)), what)
+
+    async def _retrying(self, work: Callable[[], Awaitable[Any]], what: str) -> None:
+        """Run a handler again, with backoff, while the database fails: a write lost to a short
+        outage left an account ACTIVATING for good. The handlers read before they write, so a
+        second run does only what the first did not. After STORE_RETRY_SECONDS the periodic
+        repair (`repair_stuck`) is what is left."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        give_up = loop.time() + STORE_RETRY_SECONDS
+        failed_since: float | None = None
+        while True:
+            try:
+                await work()
+            except (StateConflict, AccountNotFound):
+                raise  # an answer of the database, not a failure of it
+            except StoreError as e:
+                if loop.time() > give_up:
+                    raise
+                if failed_since is None:
+                    failed_since = loop.time()
+                    log.warning("dynamic accounts: %s: %s; trying again until the database answers", what, e)
+                await asyncio.sleep(backoff.next())
+                continue
+            if failed_since is not None:
+                log.info("dynamic accounts: %s: done after the database came back (%.0fs)", what,
+                         loop.time() - failed_since)
+            return
 
     async def _notifying(self, work: Awaitable[Any]) -> None:
         try:
@@ -692,14 +730,45 @@ class AccountsService:
     # --- retries -------------------------------------------------------------------------------
 
     async def _retry_forever(self) -> None:
-        """Every retryFrequencySeconds, try FAILED accounts again (a periodic timer: the interval
-        is the setting, nothing waits on it for synchronisation)."""
+        """Every retryFrequencySeconds, repair accounts stuck in a transient state and try FAILED
+        ones again (a periodic timer: the interval is the setting, nothing waits on it for
+        synchronisation)."""
         while True:
             await asyncio.sleep(self.config.retry_frequency_seconds)
             try:
+                await self.repair_stuck()
                 await self.retry_failed()
             except StoreError as e:
                 log.error("dynamic accounts: retrying failed accounts: %s", e)
+
+    async def repair_stuck(self) -> None:
+        """Move on accounts whose transient state no handler will move any more (a write lost for
+        longer than the handlers retry): what the hub otherwise only did at its next start.
+
+        An account being worked on (its lock held), or waiting for an agent's first report, is
+        left alone: a large cluster's first snapshot may keep it ACTIVATING for minutes."""
+        now = datetime.now(UTC)
+        for row in await self.store.list_accounts(states=sorted(TRANSIENT), source=SOURCE):
+            lock = self._locks.get(row.name)
+            if lock is not None and lock.locked():
+                continue
+            if (now - row.updated_at).total_seconds() < self.config.retry_frequency_seconds:
+                continue
+            record = self.registry.accounts.get(row.name)
+            watching = [s for s in self._live(self.registry.sessions.get(i) for i in (record.sessions if record else ()))
+                        if record is not None and record.agent_state == "watching"]
+            if row.state == S.ACTIVATING and watching and record is not None:
+                log.warning("account %s: ACTIVATING although agent %s watches it (a lost write); repairing",
+                            row.name, watching[0].agent_id)
+                await self._on_described(watching[0], row.name, "watching", "",
+                                         cluster=(record.api_host, record.fingerprint))
+            elif row.name not in self._sent or not self._sessions_following(row.name):
+                self._sent.pop(row.name, None)
+                what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
+                if await self._move(row.name, [row.state], S.FAILED,
+                                    error_message=f"the {what} stopped half-way (a database write failed); "
+                                                  "it will be retried"):
+                    log.warning("account %s: stuck %s; FAILED, to be retried", row.name, row.state)
 
     async def retry_failed(self) -> None:
         """Try once more the FAILED accounts that have retries left and failed at least
