@@ -506,7 +506,7 @@ async def test_invalid_parameters_are_named(passthrough: Hub) -> None:
     status, answer = await hub.call("GET", "/credentials", expand="maybe")
     assert (status, answer["error"]) == (400, "expand: expected true or false, got 'maybe'")
     status, answer = await hub.call("GET", "/credentials/type/kubernetes", limit="0")
-    assert (status, answer["error"]) == (400, "limit: expected a whole number of at least 1, got '0'")
+    assert (status, answer["error"]) == (400, "limit: expected a whole number from 1 to 10000, got '0'")
     status, answer = await hub.call("DELETE", "/credentials/-bad name")
     assert (status, answer["error"]) == (400, "name: '-bad name' is not a valid account name: use 1-253 letters, "
                                               "digits, '-', '_' or '.', starting and ending with a letter or digit")

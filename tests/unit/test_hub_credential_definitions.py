@@ -73,7 +73,13 @@ def test_a_put_clears_what_it_leaves_out_but_the_zone() -> None:
      "account 'a': namespace: unknown field (did you mean 'namespaces'?)"),
     ({"type": "kubernetes", "name": "a", "cacheThreads": "4"},
      "account 'a': cacheThreads: expected an integer, got a string ('4')"),
-    ({"type": "kubernetes", "name": "a", "cacheThreads": 0}, "account 'a': cacheThreads: must be at least 1, got a number (0)"),
+    ({"type": "kubernetes", "name": "a", "cacheThreads": 0},
+     "account 'a': cacheThreads: expected a whole number from 1 to 2147483647, got a number (0)"),
+    ({"type": "kubernetes", "name": "a", "cacheThreads": 2**31},  # Clouddriver's int would refuse it
+     "account 'a': cacheThreads: expected a whole number from 1 to 2147483647, got a number (2147483648)"),
+    ({"type": "kubernetes", "name": "a", "cacheIntervalSeconds": 2**64 - 1},  # and its Long this
+     ("account 'a': cacheIntervalSeconds: expected a whole number from 0 to 9223372036854775807, got a number "
+      "(18446744073709551615)")),
     ({"type": "kubernetes", "name": "a", "onlySpinnakerManaged": "yes"},
      "account 'a': onlySpinnakerManaged: expected true or false, got a string ('yes')"),
     ({"type": "kubernetes", "name": "a", "permissions": {"ADMIN": ["x"]}},

@@ -45,6 +45,41 @@ def test_every_problem_of_a_list_is_named_and_credentials_stand_for_account():
     assert (op.type, op.account) == ("scaleManifest", "prod")
 
 
+@pytest.mark.parametrize("description", [
+    {"replicas": 0}, {"replicas": 2**31 - 1}, {"replicas": "3"}, {"replicas": " 3 "},  # Deck sends strings
+    {"replicas": None},  # absent: the agent says it is required
+])
+def test_a_scale_within_kubernetes_int32_is_taken(description):
+    (op,) = parse_operations([{"scaleManifest": {"account": "prod", **description}}])
+    assert op.description == {"account": "prod", **description}
+
+
+@pytest.mark.parametrize("description", [
+    {"revision": ""}, {"revision": 0}, {"revision": 2**63 - 1}, {"numRevisionsBack": 1}, {"numRevisionsBack": "2"},
+])
+def test_an_undo_within_int64_revisions_is_taken(description):
+    parse_operations([{"undoRolloutManifest": {"account": "prod", **description}}])
+
+
+def test_numbers_out_of_range_are_each_named_with_the_range_before_any_task():
+    with pytest.raises(BadOperations) as e:
+        parse_operations([
+            {"scaleManifest": {"account": "prod", "replicas": 2**31}},
+            {"deleteManifest": {"account": "prod", "options": {"gracePeriodSeconds": -1}}},
+            {"undoRolloutManifest": {"account": "prod", "revision": True, "numRevisionsBack": "9" * 5000}},
+            {"scaleManifest": {"account": "prod", "replicas": 2.6179136912079258e19}},  # JSON's 26179136912079257600
+        ])
+    assert str(e.value).split("; ") == [
+        "operation 1 (scaleManifest): replicas: expected a whole number from 0 to 2147483647, got 2147483648",
+        ("operation 2 (deleteManifest): options.gracePeriodSeconds: expected a whole number from 0 to "
+         "9223372036854775807, got -1"),
+        "operation 3 (undoRolloutManifest): revision: expected a whole number from 0 to 9223372036854775807, got true",
+        ("operation 3 (undoRolloutManifest): numRevisionsBack: expected a whole number from 1 to 9223372036854775807, "
+         f"got '{'9' * 40}...'"),
+        "operation 4 (scaleManifest): replicas: expected a whole number from 0 to 2147483647, got 2.6179136912079258e+19",
+    ]
+
+
 async def test_an_operation_goes_to_the_account_s_session_and_its_result_comes_back():
     registry, session, sent = registry_with()
     router = OperationRouter(registry)

@@ -22,18 +22,16 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .account_models import AccountChange, AccountIn, AccountView, InvalidRequest, account_view, parse_accounts, parse_names
 from .accounts import AccountsService, Conflict, UnknownAccounts
 from .states import TransitionError
 from .store import StoreError
+from .validation import MAX_BODY_BYTES, BodyTooLarge, HubRoute, error_response, read_body
 
-__all__ = ["DeleteResult", "accounts_router", "answer", "error_response", "read_json"]
-
-MAX_BODY_BYTES = 16 * 1024 * 1024
-"""A request body larger than this is refused before it is parsed."""
+__all__ = ["MAX_BODY_BYTES", "DeleteResult", "accounts_router", "answer", "error_response", "read_json"]
 
 
 class DeleteResult(BaseModel):
@@ -62,22 +60,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
     404: {"model": ErrorBody, "description": "No such dynamic account; nothing was changed"},
     409: {"model": ErrorBody, "description": "The state does not allow it, or the name exists; nothing was changed"},
+    413: {"model": ErrorBody, "description": f"The body is larger than {MAX_BODY_BYTES} bytes; nothing was changed"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
-
-
-def error_response(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
-    """The hub's error shape, with every problem listed when there are several."""
-    body: dict[str, Any] = {"error": message, "status": status}
-    if problems and len(problems) > 1:
-        body["problems"] = problems
-    return JSONResponse(body, status_code=status)
 
 
 async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     """Run the request and answer `status` with its JSON result, or the error it raised."""
     try:
         result = await work()
+    except BodyTooLarge as e:
+        return error_response(413, str(e))
     except InvalidRequest as e:
         return error_response(400, str(e), e.problems)
     except UnknownAccounts as e:
@@ -91,13 +84,12 @@ async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     return Response(orjson.dumps(result), status_code=status, media_type="application/json")
 
 
-async def read_json(request: Request) -> Any:
-    """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise InvalidRequest(f"the body is {len(raw)} bytes; the most is {MAX_BODY_BYTES}")
+async def read_json(request: Request, empty: str = "the body is empty: send a JSON list") -> Any:
+    """The request body as JSON, or InvalidRequest saying why not (without echoing it); `empty`
+    is the message for an empty body, saying what to send. BodyTooLarge past MAX_BODY_BYTES."""
+    raw = await read_body(request)
     if not raw.strip():
-        raise InvalidRequest("the body is empty: send a JSON list")
+        raise InvalidRequest(empty)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -106,7 +98,7 @@ async def read_json(request: Request) -> Any:
 
 def accounts_router(service: AccountsService) -> APIRouter:
     """The Dynamic Accounts routes, to `include_router` into the hub's app."""
-    router = APIRouter(tags=["dynamic accounts"], responses=_ERRORS)
+    router = APIRouter(tags=["dynamic accounts"], responses=_ERRORS, route_class=HubRoute)
 
     @router.post("/armory/accounts", status_code=201, response_model=list[AccountView],
                  summary="Create accounts (stored INACTIVE)", openapi_extra=_list_schema(AccountIn),

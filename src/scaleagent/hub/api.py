@@ -25,6 +25,7 @@ from .cache import SubscriptionOverflow
 from .credentials_api import credentials_router
 from .manifests import manifest_view
 from .operations_api import operations_router
+from .validation import HubRoute, invalid_parameters
 
 if TYPE_CHECKING:
     from .service import Hub
@@ -70,6 +71,7 @@ class AccountInfo(BaseModel):
 def create_app(hub: Hub) -> FastAPI:
     app = FastAPI(title="Scale Agent hub", version=__version__,
                   description="Connected agents, their accounts, and a real-time cache of every cluster's objects.")
+    app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
     registry, cache = hub.registry, hub.cache
     assert hub.accounts is not None, "the accounts service starts before the HTTP API"
     app.include_router(accounts_router(hub.accounts))
@@ -192,11 +194,9 @@ def create_app(hub: Hub) -> FastAPI:
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, e: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}"
-                             for err in e.errors())
-        return JSONResponse({"error": f"invalid request: {problems}", "status": 422}, status_code=422)
+    @app.exception_handler(RequestValidationError)  # routes are HubRoutes; this is for any that is not
+    async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        return invalid_parameters(request.scope.get("route"), e)
 
     return app
 

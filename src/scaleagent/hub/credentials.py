@@ -56,6 +56,7 @@ from .account_models import (
 from .accounts import SOURCE, AccountsService, Conflict, UnknownAccounts
 from .states import AccountState
 from .store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
+from .validation import INT32_MAX, INT64_MAX
 
 if TYPE_CHECKING:
     from .config import DynamicAccountsConfig
@@ -122,8 +123,10 @@ class _KubernetesDefinition(BaseModel):
     oAuthServiceAccount: str | None = None
     oAuthScopes: list[str] | None = None
     kubectlExecutable: str | None = None
-    kubectlRequestTimeoutSeconds: int | None = None
-    cacheThreads: int | None = Field(None, ge=1)
+    # Bounded as Clouddriver's Java types (Integer, int, Long) hold them: Clouddriver itself would
+    # refuse more when it reads the definition.
+    kubectlRequestTimeoutSeconds: int | None = Field(None, ge=0, le=INT32_MAX)
+    cacheThreads: int | None = Field(None, ge=1, le=INT32_MAX)
     requiredGroupMembership: list[str] | None = None
     permissions: dict[str, list[str]] | None = None
     namingStrategy: str | None = None
@@ -132,7 +135,7 @@ class _KubernetesDefinition(BaseModel):
     checkPermissionsOnStartup: bool | None = None
     cachingPolicies: list[dict[str, Any]] | None = None
     onlySpinnakerManaged: bool | None = None
-    cacheIntervalSeconds: int | None = None
+    cacheIntervalSeconds: int | None = Field(None, ge=0, le=INT64_MAX)
     cacheAllApplicationRelationships: bool | None = None
     rawResourcesEndpointConfig: dict[str, Any] | None = None
     providerVersion: str | None = None
@@ -246,11 +249,21 @@ def _describe(error: Any, body: dict[str, Any], fields: list[str]) -> str:
     Clouddriver's fields have."""
     where = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in error["loc"]).replace(".[", "[")
     value = body.get(error["loc"][0]) if len(error["loc"]) == 1 else None
-    if error["type"] == "int_type":
-        return f"{where}: expected an integer, got {_json_kind(value)}"
-    if error["type"] == "greater_than_equal":
-        return f"{where}: must be at least {error['ctx']['ge']}, got {_json_kind(value)}"
+    if error["type"] in ("int_type", "greater_than_equal", "less_than_equal") and len(error["loc"]) == 1:
+        low, high = _bounds(str(error["loc"][0]))
+        if error["type"] == "int_type" and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"{where}: expected an integer, got {_json_kind(value)}"
+        return f"{where}: expected a whole number from {low} to {high}, got {_json_kind(value)}"
     return _problem(error, body, fields)
+
+
+def _bounds(field: str) -> tuple[Any, Any]:
+    """The least and most a numeric field of the definition takes, as declared on the model."""
+    low = high = None
+    for m in _KubernetesDefinition.model_fields[field].metadata:
+        low = getattr(m, "ge", low)
+        high = getattr(m, "le", high)
+    return low, high
 
 
 def _account_fields(body: dict[str, Any], failed: set[Any]) -> dict[str, Any]:

@@ -18,19 +18,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .account_models import InvalidRequest
-from .accounts_api import MAX_BODY_BYTES, answer, error_response
+from .accounts_api import answer, read_json
 from .credentials import KUBERNETES, CredentialsService, definition_view, summary_view
+from .validation import MAX_BODY_BYTES, HubRoute
 
 __all__ = ["credentials_router"]
 
 DEFAULT_LIMIT = 100
 """Clouddriver's default page size for `GET /credentials/type/{type}`."""
+MAX_LIMIT = 10_000
+"""The largest page: beyond int64 a database refuses the query with an error of its own, and a
+page of more definitions than this is a dump, which `GET /credentials?expand=true` is for."""
 
 
 class ErrorBody(BaseModel):
@@ -57,21 +60,14 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
     404: {"model": ErrorBody, "description": "No such account; nothing was changed"},
     409: {"model": ErrorBody, "description": "The name exists, or the account is in the middle of a migration"},
+    413: {"model": ErrorBody, "description": f"The body is larger than {MAX_BODY_BYTES} bytes; nothing was changed"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
 
 
 async def _object(request: Request) -> Any:
     """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise InvalidRequest(f"the body is {len(raw)} bytes; the most is {MAX_BODY_BYTES}")
-    if not raw.strip():
-        raise InvalidRequest("the body is empty: send one account definition, a JSON object with its \"type\"")
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    return await read_json(request, "the body is empty: send one account definition, a JSON object with its \"type\"")
 
 
 def _flag(name: str, value: str | None) -> bool:
@@ -82,17 +78,9 @@ def _flag(name: str, value: str | None) -> bool:
     raise InvalidRequest(f"{name}: expected true or false, got {value[:40]!r}")
 
 
-def _count(name: str, value: str | None, default: int) -> int:
-    if value is None:
-        return default
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
-        raise InvalidRequest(f"{name}: expected a whole number of at least 1, got {value[:40]!r}")
-    return int(value)
-
-
 def credentials_router(service: CredentialsService) -> APIRouter:
     """The Account Management routes, to `include_router` into the hub's app."""
-    router = APIRouter(tags=["account management (Clouddriver)"], responses=_ERRORS)
+    router = APIRouter(tags=["account management (Clouddriver)"], responses=_ERRORS, route_class=HubRoute)
 
     @router.get("/credentials", summary="List stored account definitions",
                 description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
@@ -108,12 +96,12 @@ def credentials_router(service: CredentialsService) -> APIRouter:
     @router.get("/credentials/type/{accountType}", summary="Definitions of one type, by name, a page at a time")
     async def list_type(
         accountType: str,  # noqa: N803 - Clouddriver's name
-        limit: Annotated[str | None, Query(description=f"At most this many (default {DEFAULT_LIMIT})")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many")] = DEFAULT_LIMIT,
         startingAccountName: Annotated[str | None, Query(description="From this name on (inclusive)")] = None,  # noqa: N803
     ) -> Response:
         async def work() -> list[dict[str, Any]]:
             rows = await service.list_definitions(type=accountType, start=startingAccountName,
-                                                  limit=_count("limit", limit, DEFAULT_LIMIT))
+                                                  limit=limit)
             return [definition_view(row) for row in rows]
         return await answer(200, work)
 

@@ -25,10 +25,17 @@ from .account_models import InvalidRequest
 from .cache import Cache, version_at_least
 from .operations import OperationReply, OperationRouter
 from .tasks import PHASES, BadOperations, TaskRunner, parse_operations
+from .validation import BodyTooLarge, HubRoute
 
 __all__ = ["operations_router"]
 
 MAX_TASK_WAIT_SECONDS = 60.0
+# More lines than any log the agent returns (it keeps the last 256 KiB); beyond int64 the request
+# could not even be encoded for the agent.
+MAX_TAIL_LINES = 10_000_000
+# Longer than any resourceVersion an API server hands out (an etcd revision, an int64: 19 digits);
+# compared as a number, a longer one of digits would hit int()'s 4,300-digit limit.
+MAX_RESOURCE_VERSION_CHARS = 64
 # How long a forced cache refresh waits for the cache to reach the live version before it
 # answers 202 (still pending), as Clouddriver's on-demand caching does for slow providers.
 REFRESH_WAIT_SECONDS = 10.0
@@ -41,13 +48,15 @@ def _failed(reply: OperationReply) -> Response:
 
 
 def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache) -> APIRouter:
-    api = APIRouter(tags=["operations"])
+    api = APIRouter(tags=["operations"], route_class=HubRoute)
 
     async def submit(request: Request, single: str | None = None) -> Response:
         """A task for the body's operations (`single`: the body is one description of that type)."""
         try:
             body = await read_json(request)
             operations = parse_operations([{single: body}] if single is not None else body)
+        except BodyTooLarge as e:
+            return error_response(413, str(e))
         except (InvalidRequest, BadOperations) as e:
             return error_response(400, str(e))
         task = runner.submit(operations)
@@ -68,7 +77,13 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
              description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
                          "have Clouddriver's shape. `waitSeconds` holds the answer until the task ends "
                          f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.")
-    async def get_task(task_id: str, waitSeconds: Annotated[float, Query(ge=0)] = 0) -> Response:  # noqa: N803
+    async def get_task(
+        task_id: str,
+        waitSeconds: Annotated[float, Query(  # noqa: N803
+            ge=0, allow_inf_nan=False,
+            description=f"Seconds to wait for the task to end; more than {MAX_TASK_WAIT_SECONDS:g} waits "
+                        f"{MAX_TASK_WAIT_SECONDS:g}")] = 0,
+    ) -> Response:
         task = runner.get(task_id)
         if task is None:
             return error_response(404, f"task {task_id} not found (tasks are kept in memory; a restarted hub "
@@ -88,7 +103,9 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
                           f"{REFRESH_WAIT_SECONDS:g} s.")
     async def refresh(request: Request) -> Response:
         try:
-            body = await read_json(request)
+            body = await read_json(request, 'the body is empty: send {"account", "location", "name"}')
+        except BodyTooLarge as e:
+            return error_response(413, str(e))
         except InvalidRequest as e:
             return error_response(400, str(e))
         if not isinstance(body, dict):
@@ -99,6 +116,9 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
             return error_response(400, "account is required (a string)")
         if not isinstance(location, str) or not isinstance(wanted_rv, str):
             return error_response(400, "location and resourceVersion must be strings")
+        if len(wanted_rv) > MAX_RESOURCE_VERSION_CHARS:
+            return error_response(400, f"resourceVersion: at most {MAX_RESOURCE_VERSION_CHARS} characters (an API "
+                                       f"server's resourceVersion is an etcd revision), got {len(wanted_rv)}")
         if not isinstance(name, str) or len(name.split()) != 2:
             return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
         kind, object_name = name.split()
@@ -127,7 +147,8 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
     @api.get("/api/v1/accounts/{account}/namespaces/{namespace}/pods/{pod}/log", response_class=PlainTextResponse,
              summary="A pod's log, read through the account's agent")
     async def pod_log(account: str, namespace: str, pod: str, container: str = "",
-                      tailLines: Annotated[int | None, Query(ge=0)] = None) -> Response:  # noqa: N803
+                      tailLines: Annotated[int | None, Query(  # noqa: N803
+                          ge=0, le=MAX_TAIL_LINES, description="Only the last lines of the log")] = None) -> Response:
         request: dict[str, Any] = {"namespace": namespace, "name": pod, "container": container}
         if tailLines is not None:
             request["tailLines"] = tailLines

@@ -27,6 +27,7 @@ from typing import Any
 
 from .cache import APPLICATION, CLUSTER, Cache
 from .operations import OperationReply, OperationRouter
+from .validation import INT32_MAX, INT64_MAX, whole_number
 
 log = logging.getLogger("scaleagent.hub.tasks")
 
@@ -44,6 +45,18 @@ PHASES = {
     "runJob": "RUN_KUBERNETES_JOB",
 }
 """The operations `POST /kubernetes/ops` accepts, with the phase name their history uses."""
+
+NUMBERS: dict[str, tuple[tuple[tuple[str, ...], int, int], ...]] = {
+    "scaleManifest": ((("replicas",), 0, INT32_MAX),),
+    "deleteManifest": ((("options", "gracePeriodSeconds"), 0, INT64_MAX),),
+    "undoRolloutManifest": ((("revision",), 0, INT64_MAX), (("numRevisionsBack",), 1, INT64_MAX)),
+}
+"""The numbers of each operation's description (path, least, most), checked when the task is
+submitted: Kubernetes holds replicas as an int32, grace periods and revisions as int64s. Beyond
+them the agent would fail to encode the request (a 64-bit JSON integer) or the API server would
+refuse it, and the task would fail later, or as an agent's internal error; refused here, the
+request is a 400 naming the field and its range. Other numbers (in manifests, patch bodies) are
+the API server's to judge."""
 
 ORCHESTRATION = "ORCHESTRATION"
 # The least time given to the cache to show an operation's changes, even when the operation
@@ -117,10 +130,31 @@ def parse_operations(body: Any) -> list[Operation]:
         if not isinstance(account, str) or not account:
             problems.append(f"{where} ({type_}): account is required (a string)")
             continue
+        bad = _bad_numbers(type_, description)
+        if bad:
+            problems.extend(f"{where} ({type_}): {b}" for b in bad)
+            continue
         out.append(Operation(type_, account, description))
     if problems:
         raise BadOperations("; ".join(problems))
     return out
+
+
+def _bad_numbers(type_: str, description: dict[str, Any]) -> list[str]:
+    """What is wrong with the numbers of one operation's description (NUMBERS); absent ones and
+    those in a part of the wrong type are left to the agent, which says what it expects."""
+    problems = []
+    for path, low, high in NUMBERS.get(type_, ()):
+        value: Any = description
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is None or value == "":
+            continue
+        try:
+            whole_number(value, low, high)
+        except ValueError as e:
+            problems.append(f"{'.'.join(path)}: {e}")
+    return problems
 
 
 class TaskRunner:
