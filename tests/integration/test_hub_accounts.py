@@ -687,7 +687,7 @@ async def cli(hub: Hub, *args: str) -> tuple[int, str, str]:
     """`scale-agent accounts ...` as a process, against the hub's API."""
     hub_option = [] if args[0] == "generate-key" else ["--hub", hub.url]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scaleagent.accounts_cli", *args[:1], *hub_option, *args[1:],
+        sys.executable, "-m", "scaleagent.cli", "accounts", *args[:1], *hub_option, *args[1:],
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
@@ -720,7 +720,7 @@ async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
 
         code, out, err = await cli(hub, "add", "bad_")
         assert code == 1 and out == ""
-        assert err == ("scale-agent accounts: POST /armory/accounts: 400: accounts[0] ('bad_'): name: 'bad_' is not a "
+        assert err == ("error: accounts[0] ('bad_'): name: 'bad_' is not a "
                        "valid account name: use 1-253 letters, digits, '-', '_' or '.', starting and ending with a "
                        "letter or digit\n")
         code, out, err = await cli(hub, "generate-key")
@@ -728,7 +728,7 @@ async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
     finally:
         await hub.stop()
     code, _, err = await cli(hub, "list")
-    assert code == 1 and err.startswith(f"scale-agent accounts: cannot reach the hub at {hub.url}: ")
+    assert code == 1 and err.startswith(f"error: cannot reach the hub at {hub.url}: ")
 
 
 async def test_an_agent_that_takes_an_account_and_leaves_at_once_fails_it(hub: Hub) -> None:

@@ -18,28 +18,23 @@ from typing import Any
 import pytest
 import yaml
 
-from scaleagent import cli, manifest_cli
-from scaleagent.kube.selectors import parse_label_selector
-from scaleagent.manifest_cli import (
-    CliError,
+from scaleagent import cli
+from scaleagent.cli import kubectl
+from scaleagent.cli.errors import CliError
+from scaleagent.cli.kinds import KindInfo, object_name, parse_resource_args, resolve_kind
+from scaleagent.cli.kubectl import sse_events, watch_rows
+from scaleagent.cli.manifests import (
     DeleteTarget,
-    KindInfo,
-    TablePrinter,
     apply_output,
     build_delete_operations,
     build_deploy_operation,
     delete_output,
-    human_duration,
-    list_document,
     load_manifests,
-    object_name,
-    parse_resource_args,
     read_manifest_files,
-    resolve_kind,
-    sse_events,
-    table_columns,
-    watch_rows,
 )
+from scaleagent.cli.printers import TablePrinter, list_document, table_columns
+from scaleagent.kube.printing import human_duration
+from scaleagent.kube.selectors import parse_label_selector
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -516,7 +511,7 @@ def hub():
 
 
 def run(hub: FakeHub, capsys, *argv: str) -> tuple[int, str, str]:
-    code = manifest_cli.main([*argv, "--hub", hub.url])
+    code = kubectl.main([*argv, "--hub", hub.url])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -576,7 +571,7 @@ def test_a_task_that_outlasts_the_timeout_is_an_error(hub, capsys, tmp_path):
 def test_the_hub_without_the_operations_api_is_one_line(hub, capsys, tmp_path):
     f = tmp_path / "cm.yaml"
     f.write_text(yaml.safe_dump(CM))
-    code = manifest_cli.main(["delete", "cm", "x", "--account", "prod", "--hub", hub.url + "/nothing-here"])
+    code = kubectl.main(["delete", "cm", "x", "--account", "prod", "--hub", hub.url + "/nothing-here"])
     assert (code, capsys.readouterr().err) == (
         1, "error: the hub answered 404 Not Found to POST /kubernetes/ops\n")
 
@@ -648,7 +643,7 @@ def test_bad_flag_combinations_are_one_line_errors_before_any_request(hub, capsy
 ])
 def test_what_argparse_refuses_exits_2(hub, capsys, argv):
     with pytest.raises(SystemExit) as e:
-        manifest_cli.main([*argv, "--hub", hub.url])
+        kubectl.main([*argv, "--hub", hub.url])
     assert e.value.code == 2
 
 
@@ -670,12 +665,21 @@ def test_get_against_the_stand_in_hub(hub, capsys):
     assert (code, out, err) == (1, "", 'Error from server (NotFound): deployments.apps "gone" not found\n')
 
 
-def test_the_commands_are_on_the_scale_agent_parser():
+def test_the_commands_are_on_the_scale_agent_parser(monkeypatch):
+    monkeypatch.delenv("SCALE_AGENT_HUB", raising=False)
     parser = cli.build_parser()
     args = parser.parse_args(["get", "po", "--account", "a"])
     assert (args.resources, args.account, args.hub) == (["po"], "a", "http://127.0.0.1:7002")
     assert parser.parse_args(["apply", "-f", "-", "--account", "a"]).timeout == 300
     assert parser.parse_args(["delete", "po", "x", "--account", "a"]).cascade == "background"
+
+
+def test_the_hub_address_comes_from_the_environment_unless_given(monkeypatch):
+    monkeypatch.setenv("SCALE_AGENT_HUB", "http://hub.example:7002")
+    parser = cli.build_parser()
+    for argv in (["get", "po", "--account", "a"], ["accounts", "list"], ["apply", "-f", "-", "--account", "a"]):
+        assert parser.parse_args(argv).hub == "http://hub.example:7002", argv
+    assert parser.parse_args(["get", "po", "--account", "a", "--hub", "http://other:1"]).hub == "http://other:1"
 
 
 def test_kind_info_fields_are_what_the_hub_filter_wants():

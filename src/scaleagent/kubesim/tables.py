@@ -6,50 +6,19 @@ kinds people look at most; every other kind gets Name and Age, as custom resourc
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from . import events
-from ..kube.printing import pod_ready, service_ports
+from ..kube.printing import pod_ready, service_ports, since
 
 # name, type, description, value, and optionally the priority (1: shown by `kubectl get -o wide` only)
 Column = tuple[Any, ...]
 
 
 def human_age(ts: str | None, now: datetime | None = None) -> str:
-    """kubectl's duration shorthand (apimachinery duration.HumanDuration)."""
-    if not ts:
-        return "<unknown>"
-    try:  # a Time or a MicroTime (eventTime)
-        then = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ" if "." in ts else "%Y-%m-%dT%H:%M:%SZ")
-    except ValueError:
-        return "<invalid>"
-    seconds = int(((now or datetime.now(timezone.utc)) - then.replace(tzinfo=timezone.utc)).total_seconds())
-    if seconds < -1:  # in the future
-        return "<invalid>"
-    if seconds < 0:
-        return "0s"
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
-    if minutes < 10:
-        s = seconds % 60
-        return f"{minutes}m{s}s" if s else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        m = minutes % 60
-        return f"{hours}h{m}m" if m else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    days = hours // 24
-    if days < 8:
-        h = hours % 24
-        return f"{days}d{h}h" if h else f"{days}d"
-    if days < 365 * 2:
-        return f"{days}d"
-    return f"{days // 365}y{days % 365}d"
+    """kubectl's duration shorthand (apimachinery duration.HumanDuration), for a Time or MicroTime."""
+    return since(ts, now)
 
 
 def _name(o: dict[str, Any]) -> str:

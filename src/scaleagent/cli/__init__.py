@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
-from . import __version__
-from . import accounts_cli
-from . import demo as demo_command
-from . import manifest_cli
-from .agent import command as agent_command
-from .hub import command as hub_command
-from .kubesim import command as kubesim_command
+from .. import __version__
+from .. import demo as demo_command
+from ..agent import command as agent_command
+from ..hub import command as hub_command
+from ..kubesim import command as kubesim_command
+from . import accounts, kubectl
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent_command.add_parser(sub)
     hub_command.add_parser(sub)
     demo_command.add_parser(sub)
-    accounts_cli.add_parser(sub)
-    manifest_cli.add_parsers(sub)
+    accounts.add_parser(sub)
+    kubectl.add_parsers(sub)
     kubesim_command.add_parser(sub)
     return parser
 
@@ -44,6 +42,3 @@ def main(argv: list[str] | None = None) -> int:
         pass
     return int(args.func(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,8 @@
     scale-agent accounts delete NAME...
     scale-agent accounts generate-key
 
-Every command is one or two HTTP requests to the hub (`--hub`, default http://127.0.0.1:7002), so
+Every command is one or two HTTP requests to the hub (`--hub`, else `$SCALE_AGENT_HUB`, else
+http://127.0.0.1:7002), so
 what it can do and the checks it gets are exactly the API's (docs/accounts.md); errors print the
 API's own message. Standard library only: the CLI must start fast and needs no event loop.
 """
@@ -19,15 +20,14 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["DEFAULT_HUB", "ApiError", "add_parser", "main"]
+from . import hub as hub_api
+from .errors import CliError
 
-DEFAULT_HUB = "http://127.0.0.1:7002"
+__all__ = ["add_parser"]
+
 WAIT_POLL_SECONDS = 0.5
 """How often `migrate --wait` asks for the accounts' states (the API has no push for them)."""
 
@@ -37,15 +37,11 @@ _LIST_SETTINGS = (("namespaces", "namespaces"), ("omit_namespaces", "omitNamespa
                   ("omit_kinds", "omitKinds"), ("custom_resource_definitions", "customResourceDefinitions"))
 
 
-class ApiError(Exception):
-    """The hub refused a request (its message), or could not be reached."""
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `accounts` and its subcommands on the `scale-agent` parser."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--hub", default=DEFAULT_HUB, metavar="URL",
-                        help=f"the hub's HTTP API (default {DEFAULT_HUB})")
+    common.add_argument("--hub", default=hub_api.default_hub(), metavar="URL",
+                        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})")
     common.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
 
     p = sub.add_parser("accounts", help="create, migrate and manage dynamic accounts on a hub",
@@ -123,12 +119,12 @@ def _list(args: argparse.Namespace, out: TextIO) -> int:
         params.append(("zoneId", args.zone))
     if args.name is not None:
         params.append(("name", args.name))
-    _print(args, out, _request(args.hub, "GET", "/armory/accounts", params=params))
+    _print(args, out, hub_api.send(args.hub, "GET", "/armory/accounts", params=params))
     return 0
 
 
 def _get(args: argparse.Namespace, out: TextIO) -> int:
-    account = _request(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(args.name, safe='')}")
+    account = hub_api.send(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(args.name, safe='')}")
     if args.output == "json":
         _print(args, out, account)
     else:
@@ -138,41 +134,41 @@ def _get(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _add(args: argparse.Namespace, out: TextIO) -> int:
-    accounts = _request(args.hub, "POST", "/armory/accounts", body=[_account_body(args)])
+    accounts = hub_api.send(args.hub, "POST", "/armory/accounts", body=[_account_body(args)])
     if args.activate:
-        accounts = _request(args.hub, "PATCH", "/armory/accounts", body=[{"name": args.name, "state": "ACTIVE"}])
+        accounts = hub_api.send(args.hub, "PATCH", "/armory/accounts", body=[{"name": args.name, "state": "ACTIVE"}])
     _print(args, out, accounts)
     return 0
 
 
 def _migrate(args: argparse.Namespace, out: TextIO) -> int:
-    accounts = _request(args.hub, "PATCH", "/armory/accounts",
+    accounts = hub_api.send(args.hub, "PATCH", "/armory/accounts",
                         body=[{"name": n, "state": "ACTIVE"} for n in args.names])
     if not args.wait:
         _print(args, out, accounts)
         return 0
     deadline = time.monotonic() + args.timeout
     while True:
-        accounts = [_request(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(n, safe='')}")
+        accounts = [hub_api.send(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(n, safe='')}")
                     for n in args.names]
         if all(a["state"] in ("ACTIVE", "FAILED") for a in accounts):
             break
         if time.monotonic() > deadline:
             _print(args, out, accounts)
-            raise ApiError(f"not all ACTIVE or FAILED after {args.timeout:g}s")
+            raise CliError(f"error: not all ACTIVE or FAILED after {args.timeout:g}s")
         time.sleep(WAIT_POLL_SECONDS)
     _print(args, out, accounts)
     return 1 if any(a["state"] == "FAILED" for a in accounts) else 0
 
 
 def _deactivate(args: argparse.Namespace, out: TextIO) -> int:
-    _print(args, out, _request(args.hub, "PATCH", "/armory/accounts",
+    _print(args, out, hub_api.send(args.hub, "PATCH", "/armory/accounts",
                                body=[{"name": n, "state": "INACTIVE"} for n in args.names]))
     return 0
 
 
 def _delete(args: argparse.Namespace, out: TextIO) -> int:
-    result = _request(args.hub, "DELETE", "/armory/accounts", body=list(args.names))
+    result = hub_api.send(args.hub, "DELETE", "/armory/accounts", body=list(args.names))
     if args.output == "json":
         _print(args, out, result)
     else:
@@ -183,7 +179,7 @@ def _delete(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _generate_key(args: argparse.Namespace) -> int:
-    from .hub.secrets_box import generate_key
+    from ..hub.secrets_box import generate_key
 
     print(generate_key())
     return 0
@@ -198,32 +194,11 @@ def _run(command: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args, sys.stdout)
-        except ApiError as e:
-            print(f"scale-agent accounts: {e}", file=sys.stderr)
+        except CliError as e:
+            print(e, file=sys.stderr)  # already in kubectl's words: "error: ..."
             return 1
 
     return run
-
-
-def _request(hub: str, method: str, path: str, *, body: Any = None,
-             params: Sequence[tuple[str, str]] = ()) -> Any:
-    url = hub.rstrip("/") + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            message = json.loads(raw)["error"]
-        except (ValueError, KeyError, TypeError):
-            message = raw[:300].decode(errors="replace").strip() or e.reason
-        raise ApiError(f"{method} {path}: {e.code}: {message}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise ApiError(f"cannot reach the hub at {hub}: {reason} (is it running? see --hub)") from None
 
 
 def _cell(value: Any) -> str:
@@ -245,15 +220,3 @@ def _print(args: argparse.Namespace, out: TextIO, accounts: Any) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS) - 1)]
     for r in rows:
         out.write("  ".join([c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]).rstrip() + "\n")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m scaleagent.accounts_cli ...`: the same commands without the `scale-agent` entry."""
-    parser = argparse.ArgumentParser(prog="scale-agent")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["accounts", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

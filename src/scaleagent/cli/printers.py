@@ -1,0 +1,334 @@
+"""kubectl's output: per-kind tables (columns from kube/printing.py, widths remembered for `-w`),
+`-o json|yaml|name`, and the List document."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from ..kube.printing import human_duration, parse_time, pod_ready, service_ports, since
+from .kinds import meta, object_name
+
+__all__ = ["Cell", "TablePrinter", "dump", "dump_one", "list_document", "table_columns"]
+
+
+def _spec(o: dict[str, Any]) -> dict[str, Any]:
+    return o.get("spec") or {}
+
+
+def _status(o: dict[str, Any]) -> dict[str, Any]:
+    return o.get("status") or {}
+
+
+def _age(o: dict[str, Any], now: datetime) -> str:
+    return since(meta(o).get("creationTimestamp"), now)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _pod_status(o: dict[str, Any]) -> str:
+    """kubectl's Pod STATUS: the most telling container state, not just the phase."""
+    status = _status(o)
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    init = status.get("initContainerStatuses") or []
+    for i, c in enumerate(init):
+        state = c.get("state") or {}
+        term, wait = state.get("terminated"), state.get("waiting")
+        if term and term.get("exitCode") == 0:
+            continue
+        if term:
+            reason = "Init:" + (term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
+                                                         else f"ExitCode:{term.get('exitCode')}"))
+        elif wait and wait.get("reason") and wait["reason"] != "PodInitializing":
+            reason = "Init:" + wait["reason"]
+        else:
+            reason = f"Init:{i}/{len(_spec(o).get('initContainers') or init)}"
+        break
+    else:
+        running = False
+        for c in reversed(status.get("containerStatuses") or []):
+            state = c.get("state") or {}
+            if (state.get("waiting") or {}).get("reason"):
+                reason = state["waiting"]["reason"]
+            elif state.get("terminated"):
+                term = state["terminated"]
+                reason = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
+                                                else f"ExitCode:{term.get('exitCode')}")
+            elif "running" in state and c.get("ready"):
+                running = True
+        if reason == "Completed" and running:
+            reason = "Running"
+    if meta(o).get("deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return str(reason)
+
+
+def _pod_restarts(o: dict[str, Any], now: datetime) -> str:
+    restarts, last = 0, None
+    for c in _status(o).get("containerStatuses") or []:
+        restarts += _int(c.get("restartCount"))
+        finished = parse_time(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+        if finished and (last is None or finished > last):
+            last = finished
+    return f"{restarts} ({human_duration((now - last).total_seconds())} ago)" if restarts and last else str(restarts)
+
+
+
+
+def _readiness_gates(o: dict[str, Any]) -> str:
+    gates = {g.get("conditionType") for g in _spec(o).get("readinessGates") or []}
+    if not gates:
+        return "<none>"
+    met = sum(1 for c in _status(o).get("conditions") or [] if c.get("type") in gates and c.get("status") == "True")
+    return f"{met}/{len(gates)}"
+
+
+def _service_external_ip(o: dict[str, Any]) -> str:
+    spec = _spec(o)
+    kind = spec.get("type") or "ClusterIP"
+    external = list(spec.get("externalIPs") or [])
+    if kind == "ExternalName":
+        return spec.get("externalName") or "<none>"
+    if kind == "LoadBalancer":
+        balancer = _status(o).get("loadBalancer") or {}
+        ingress = [i.get("ip") or i.get("hostname") for i in balancer.get("ingress") or []]
+        found = [x for x in ingress if x] + external
+        return ",".join(found) if found else "<pending>"
+    return ",".join(external) if external else "<none>"
+
+
+
+
+def _job_status(o: dict[str, Any]) -> str:
+    """kubectl's Job STATUS (1.30+): the final condition first, then transitional ones."""
+    conditions = {c.get("type"): c.get("status") for c in _status(o).get("conditions") or []}
+    for kind in ("Complete", "Failed"):
+        if conditions.get(kind) == "True":
+            return kind
+    if meta(o).get("deletionTimestamp"):
+        return "Terminating"
+    for kind in ("FailureTarget", "SuccessCriteriaMet", "Suspended"):
+        if conditions.get(kind) == "True":
+            return kind
+    return "Running"
+
+
+def _job_completions(o: dict[str, Any]) -> str:
+    spec, succeeded = _spec(o), _int(_status(o).get("succeeded"))
+    if spec.get("completions") is not None:
+        return f"{succeeded}/{spec['completions']}"
+    parallelism = spec.get("parallelism")
+    if parallelism is not None and _int(parallelism) > 1:
+        return f"{succeeded}/1 of {parallelism}"
+    return f"{succeeded}/1"
+
+
+def _job_duration(o: dict[str, Any], now: datetime) -> str:
+    start = parse_time(_status(o).get("startTime"))
+    if start is None:
+        return ""
+    end = parse_time(_status(o).get("completionTime")) or now
+    return human_duration((end - start).total_seconds())
+
+
+def _selector_text(selector: Any) -> str:
+    """A structured selector as kubectl's wide output writes it (`app=web,tier in (a,b)`)."""
+    if not selector:
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        op, values = e.get("operator", ""), ",".join(sorted(e.get("values") or []))
+        parts.append({"In": f"{e.get('key')} in ({values})", "NotIn": f"{e.get('key')} notin ({values})",
+                      "Exists": f"{e.get('key')}", "DoesNotExist": f"!{e.get('key')}"}.get(op, f"{e.get('key')} {op}"))
+    return ",".join(parts) or "<none>"
+
+
+def _containers(o: dict[str, Any]) -> list[dict[str, Any]]:
+    template = _spec(o).get("template") or {}
+    return (template.get("spec") or {}).get("containers") or []
+
+
+def _containers_col(o: dict[str, Any]) -> str:
+    return ",".join(str(c.get("name", "")) for c in _containers(o))
+
+
+def _images_col(o: dict[str, Any]) -> str:
+    return ",".join(str(c.get("image", "")) for c in _containers(o))
+
+
+Cell = Callable[[dict[str, Any], datetime], str]
+"""One column's value for an object, given the time ages are measured against."""
+
+_NAME: tuple[str, Cell] = ("NAME", lambda o, now: str(meta(o).get("name", "")))
+_AGE: tuple[str, Cell] = ("AGE", _age)
+_WORKLOAD_WIDE: list[tuple[str, Cell]] = [("CONTAINERS", lambda o, now: _containers_col(o)),
+                                          ("IMAGES", lambda o, now: _images_col(o)),
+                                          ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector")))]
+
+# (group, Kind) -> (columns, extra columns of -o wide), as kubectl's printers (pkg/printers/internalversion).
+_COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Cell]]]] = {
+    ("apps", "Deployment"): ([
+        _NAME,
+        ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
+        ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedReplicas")))),
+        ("AVAILABLE", lambda o, now: str(_int(_status(o).get("availableReplicas")))),
+        _AGE], _WORKLOAD_WIDE),
+    ("apps", "ReplicaSet"): ([
+        _NAME,
+        ("DESIRED", lambda o, now: str(_int(_spec(o).get("replicas", 1)))),
+        ("CURRENT", lambda o, now: str(_int(_status(o).get("replicas")))),
+        ("READY", lambda o, now: str(_int(_status(o).get("readyReplicas")))),
+        _AGE], _WORKLOAD_WIDE),
+    ("apps", "StatefulSet"): ([
+        _NAME,
+        ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
+        _AGE], _WORKLOAD_WIDE[:2]),
+    ("apps", "DaemonSet"): ([
+        _NAME,
+        ("DESIRED", lambda o, now: str(_int(_status(o).get("desiredNumberScheduled")))),
+        ("CURRENT", lambda o, now: str(_int(_status(o).get("currentNumberScheduled")))),
+        ("READY", lambda o, now: str(_int(_status(o).get("numberReady")))),
+        ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedNumberScheduled")))),
+        ("AVAILABLE", lambda o, now: str(_int(_status(o).get("numberAvailable")))),
+        ("NODE SELECTOR", lambda o, now: ",".join(
+            f"{k}={v}" for k, v in sorted(((_spec(o).get("template") or {}).get("spec") or {})
+                                          .get("nodeSelector", {}).items())) or "<none>"),
+        _AGE], _WORKLOAD_WIDE),
+    ("", "Pod"): ([
+        _NAME,
+        ("READY", lambda o, now: pod_ready(o)),
+        ("STATUS", lambda o, now: _pod_status(o)),
+        ("RESTARTS", _pod_restarts),
+        _AGE], [
+        ("IP", lambda o, now: _status(o).get("podIP") or "<none>"),
+        ("NODE", lambda o, now: _spec(o).get("nodeName") or "<none>"),
+        ("NOMINATED NODE", lambda o, now: _status(o).get("nominatedNodeName") or "<none>"),
+        ("READINESS GATES", lambda o, now: _readiness_gates(o)),
+    ]),
+    ("batch", "Job"): ([
+        _NAME,
+        ("STATUS", lambda o, now: _job_status(o)),
+        ("COMPLETIONS", lambda o, now: _job_completions(o)),
+        ("DURATION", _job_duration),
+        _AGE], [
+        ("CONTAINERS", lambda o, now: _containers_col(o)),
+        ("IMAGES", lambda o, now: _images_col(o)),
+        ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
+    ]),
+    ("", "Service"): ([
+        _NAME,
+        ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
+        ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
+        ("EXTERNAL-IP", lambda o, now: _service_external_ip(o)),
+        ("PORT(S)", lambda o, now: service_ports(o)),
+        _AGE], [
+        ("SELECTOR", lambda o, now: ",".join(f"{k}={v}" for k, v in sorted((_spec(o).get("selector") or {}).items()))
+         or "<none>"),
+    ]),
+    ("", "ConfigMap"): ([
+        _NAME,
+        ("DATA", lambda o, now: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))),
+        _AGE], []),
+    ("", "Secret"): ([
+        _NAME,
+        ("TYPE", lambda o, now: str(o.get("type") or "Opaque")),
+        # the hub holds Secrets as metadata only (docs/agent.md): their data is not counted
+        _AGE], []),
+    ("", "Namespace"): ([
+        _NAME,
+        ("STATUS", lambda o, now: _status(o).get("phase") or "Active"),
+        _AGE], []),
+}
+
+
+def table_columns(group: str, kind: str, *, wide: bool = False) -> list[tuple[str, Cell]]:
+    """The columns kubectl prints for a kind; NAME and AGE for every kind it has no printer for."""
+    columns, extra = _COLUMNS.get((group, kind), ([_NAME, _AGE], []))
+    return columns + extra if wide else list(columns)
+
+
+class TablePrinter:
+    """kubectl's tables: columns padded to the widest cell plus three spaces, widths remembered.
+
+    kubectl's tabwriter keeps the widths of what it printed (RememberWidths), so the rows `-w`
+    prints later line up with the table above them unless a cell is wider; this does the same.
+    """
+
+    MIN_WIDTH = 6
+    PADDING = 3
+
+    def __init__(self, columns: Sequence[tuple[str, Cell]], out: TextIO, *, account: bool = False,
+                 namespace: bool = False, name_prefix: bool = False, headers: bool = True) -> None:
+        self.columns = list(columns)
+        self.out = out
+        self.account = account
+        self.namespace = namespace
+        self.name_prefix = name_prefix
+        self.headers = headers
+        self.widths: list[int] = []
+        self.printed_header = False
+
+    def header(self) -> list[str]:
+        return (["ACCOUNT"] if self.account else []) + (["NAMESPACE"] if self.namespace else []) + [
+            h for h, _ in self.columns]
+
+    def cells(self, account: str, obj: dict[str, Any], now: datetime) -> list[str]:
+        values = [fn(obj, now) for _, fn in self.columns]
+        if self.name_prefix and self.columns and self.columns[0] is _NAME:
+            values[0] = object_name(obj)
+        return (([account] if self.account else []) + ([str(meta(obj).get("namespace", ""))] if self.namespace else [])
+                + values)
+
+    def print_rows(self, rows: Iterable[tuple[str, dict[str, Any]]], now: datetime | None = None) -> None:
+        """Print these rows (and the header before the first ones), aligned with all printed so far."""
+        now = now or datetime.now(timezone.utc)
+        lines = [self.cells(account, obj, now) for account, obj in rows]
+        if self.headers and not self.printed_header and lines:
+            lines.insert(0, self.header())
+            self.printed_header = True
+        if not lines:
+            return
+        n = len(lines[0])
+        widths = [max(len(line[i]) for line in lines) for i in range(n)]
+        self.widths = [max(w, self.widths[i] if i < len(self.widths) else 0) for i, w in enumerate(widths)]
+        for line in lines:
+            padded = [c.ljust(max(self.widths[i] + self.PADDING, self.MIN_WIDTH)) for i, c in enumerate(line[:-1])]
+            self.out.write(("".join(padded) + line[-1]).rstrip() + "\n")
+        self.out.flush()
+
+
+def list_document(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """kubectl's shape for several objects in -o json/yaml."""
+    return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def dump(doc: Any, fmt: str, out: TextIO) -> None:
+    """kubectl's JSON (4-space indent, the server's field order) or YAML (sorted keys, no wrapping)."""
+    if fmt == "json":
+        out.write(json.dumps(doc, indent=4, ensure_ascii=False) + "\n")
+    else:
+        import yaml
+
+        out.write(yaml.dump(doc, Dumper=_yaml_dumper(), sort_keys=True, default_flow_style=False,
+                            allow_unicode=True, width=1 << 30))
+    out.flush()
+
+
+def dump_one(obj: dict[str, Any], fmt: str, out: TextIO) -> None:
+    """One object of a stream (`-w`): YAML documents are separated by `---`, as kubectl does."""
+    if fmt == "yaml":
+        out.write("---\n")
+    dump(obj, fmt, out)
+
+
+def _yaml_dumper() -> Any:
+    import yaml
+
+    return getattr(yaml, "CSafeDumper", yaml.SafeDumper)
