@@ -3,15 +3,17 @@
 import pytest
 
 from scaleagent.kube.selectors import (
-    FieldSelector,
     LabelSelector,
     SelectorError,
-    escape_field_value,
     label_selector_from_dict,
     label_selector_from_set,
+    parse_label_selector,
+)
+from scaleagent.kubesim.field_selectors import (
+    FieldSelector,
+    escape_field_value,
     object_fields,
     parse_field_selector,
-    parse_label_selector,
     supported_fields,
 )
 

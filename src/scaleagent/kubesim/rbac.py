@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..kube.selectors import SelectorError, _go_quote, label_selector_from_dict
+from ..kube.selectors import SelectorError, go_quote, label_selector_from_dict
 
 __all__ = [
     "UserInfo",
@@ -209,8 +209,8 @@ def _describe_subject(subject: Mapping[str, Any], binding_namespace: str) -> str
     name = subject.get("name") or ""
     if kind == "ServiceAccount":
         ns = subject.get("namespace") or binding_namespace
-        return f"{kind} {_go_quote(name + '/' + ns)}"
-    return f"{kind} {_go_quote(name)}"
+        return f"{kind} {go_quote(name + '/' + ns)}"
+    return f"{kind} {go_quote(name)}"
 
 
 def _describe_source(binding: Mapping[str, Any], subject: Mapping[str, Any], cluster: bool) -> str:
@@ -219,13 +219,13 @@ def _describe_source(binding: Mapping[str, Any], subject: Mapping[str, Any], clu
     name = meta.get("name") or ""
     if cluster:
         return (
-            f"ClusterRoleBinding {_go_quote(name)} of {ref.get('kind', '')} "
-            f"{_go_quote(ref.get('name') or '')} to {_describe_subject(subject, '')}"
+            f"ClusterRoleBinding {go_quote(name)} of {ref.get('kind', '')} "
+            f"{go_quote(ref.get('name') or '')} to {_describe_subject(subject, '')}"
         )
     ns = meta.get("namespace") or ""
     return (
-        f"RoleBinding {_go_quote(name + '/' + ns)} of {ref.get('kind', '')} "
-        f"{_go_quote(ref.get('name') or '')} to {_describe_subject(subject, ns)}"
+        f"RoleBinding {go_quote(name + '/' + ns)} of {ref.get('kind', '')} "
+        f"{go_quote(ref.get('name') or '')} to {_describe_subject(subject, ns)}"
     )
 
 
@@ -349,13 +349,13 @@ class _Resolution:
         if kind == "Role":
             role = self.roles(binding_namespace).get(name) if binding_namespace else None
             if role is None:
-                return [], f"role.rbac.authorization.k8s.io {_go_quote(name)} not found"
+                return [], f"role.rbac.authorization.k8s.io {go_quote(name)} not found"
             return list(role.get("rules") or []), None
         if kind == "ClusterRole":
             if name not in self.cluster_roles():
-                return [], f"clusterrole.rbac.authorization.k8s.io {_go_quote(name)} not found"
+                return [], f"clusterrole.rbac.authorization.k8s.io {go_quote(name)} not found"
             return self._cluster_role_rules(name, frozenset()), None
-        return [], f"unsupported role reference kind: {_go_quote(str(kind))}"
+        return [], f"unsupported role reference kind: {go_quote(str(kind))}"
 
 
 class Authorizer:
@@ -541,15 +541,15 @@ def forbidden_message(attrs: Attributes, reason: str = "") -> str:
     """
     user = attrs.user.name
     if not attrs.resource_request:
-        msg = f"User {_go_quote(user)} cannot {attrs.verb} path {_go_quote(attrs.path)}"
+        msg = f"User {go_quote(user)} cannot {attrs.verb} path {go_quote(attrs.path)}"
     else:
         resource = attrs.resource + ("/" + attrs.subresource if attrs.subresource else "")
         msg = (
-            f"User {_go_quote(user)} cannot {attrs.verb} resource {_go_quote(resource)} "
-            f"in API group {_go_quote(attrs.api_group)}"
+            f"User {go_quote(user)} cannot {attrs.verb} resource {go_quote(resource)} "
+            f"in API group {go_quote(attrs.api_group)}"
         )
         if attrs.namespace:
-            msg += f" in the namespace {_go_quote(attrs.namespace)}"
+            msg += f" in the namespace {go_quote(attrs.namespace)}"
         else:
             msg += " at the cluster scope"
     msg = msg.translate(_SANITIZE)
@@ -559,7 +559,7 @@ def forbidden_message(attrs: Attributes, reason: str = "") -> str:
         return f"forbidden: {msg}"
     qualified = attrs.resource + ("." + attrs.api_group if attrs.api_group else "")
     if attrs.name:
-        return f"{qualified} {_go_quote(attrs.name)} is forbidden: {msg}"
+        return f"{qualified} {go_quote(attrs.name)} is forbidden: {msg}"
     return f"{qualified} is forbidden: {msg}"
 
 

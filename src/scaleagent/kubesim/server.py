@@ -20,8 +20,8 @@ from .cluster import PATCH_TYPES, Cluster
 from .errors import StatusError, bad_request, forbidden, invalid, no_resource, not_found, status_body
 from .rbac import Attributes, UserInfo
 from .resources import SUBRESOURCE_VERBS, ResourceType
-from ..kube.selectors import (FieldSelector, SelectorError, object_fields, parse_field_selector,
-                              parse_label_selector, supported_fields)
+from ..kube.selectors import SelectorError, parse_label_selector
+from .field_selectors import FieldSelector, object_fields, parse_field_selector, supported_fields
 from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")
