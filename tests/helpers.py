@@ -199,7 +199,9 @@ def account_health(doc: dict, name: str) -> dict:
 
 
 class TcpProxy:
-    """A loopback TCP proxy the test controls: cut live connections, refuse new ones, let them in again."""
+    """A loopback TCP proxy the test controls: cut live connections, refuse new ones, let them in
+    again, or freeze every connection (new ones too) and thaw them, as a network that stops
+    delivering and then recovers."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         import socket
@@ -213,6 +215,9 @@ class TcpProxy:
         self.port = self.listener.getsockname()[1]
         self.refusing = False
         self.connections: list = []
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._half_open: list = []  # sockets of connections left half-open: never touched again
         self._lock = threading.Lock()
         self._socket = socket
         threading.Thread(target=self._accept, daemon=True).start()
@@ -240,12 +245,17 @@ class TcpProxy:
 
     def _pump(self, src, dst) -> None:
         try:
-            while data := src.recv(65536):
+            # While frozen nothing is read: bytes wait in the kernel's buffers and senders block,
+            # as TCP does while a network drops everything and retransmits.
+            while self._flowing.wait() and (data := src.recv(65536)):
+                self._flowing.wait()
+                if dst in self._half_open:
+                    return
                 dst.sendall(data)
         except OSError:
             pass
         finally:
-            for s in (src, dst):
+            for s in (src, dst) if src not in self._half_open and dst not in self._half_open else ():
                 try:
                     s.shutdown(self._socket.SHUT_RDWR)
                 except OSError:
@@ -262,9 +272,31 @@ class TcpProxy:
             except OSError:
                 pass
 
+    def freeze(self) -> None:
+        """Stop forwarding bytes both ways; connections stay open and silent (new ones too)."""
+        self._flowing.clear()
+
+    def thaw(self, *, half_open: bool = False) -> None:
+        """Forward again, what waited first. `half_open`: the server gave up on every connection
+        during the freeze (closed its end), but its client never hears of it: the client's end
+        stays open and silent for good, as after a long outage. New connections work."""
+        if half_open:
+            with self._lock:
+                conns, self.connections = self.connections, []
+            self._half_open += conns
+            for upstream in conns[1::2]:
+                try:
+                    upstream.shutdown(self._socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        self._flowing.set()
+
     def close(self) -> None:
         self.refusing = True
         self.cut()
+        self.thaw()
+        for s in self._half_open:
+            s.close()
         self.listener.close()
 
 

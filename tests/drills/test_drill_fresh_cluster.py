@@ -14,11 +14,9 @@ cached), since it wipes its storage.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
 from e2e_stack import through  # noqa: E402
+from drill import cluster_state, converge, create_configmaps, report  # noqa: E402
 from helpers import AgentProcess, HubProcess, TcpProxy, agent_of, tls_hub  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,60 +55,6 @@ def control_plane(tmp_path: Path):
         real_cluster("stop", directory=directory)
 
 
-def kubectl(directory: Path, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(directory / "admin.yaml"), *args], input=stdin,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def create_configmaps(directory: Path, namespace: str, count: int) -> None:
-    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
-    docs += [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace},
-              "data": {"i": str(i)}} for i in range(count)]
-    kubectl(directory, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-
-
-Key = tuple[str, str, str, str, str]  # kind, namespace, name, uid, resourceVersion
-
-
-def cluster_state(directory: Path) -> set[Key]:
-    out: set[Key] = set()
-    for kind in KINDS:
-        for item in json.loads(kubectl(directory, "get", kind, "-A", "-o", "json"))["items"]:
-            m = item["metadata"]
-            out.add((kind, m.get("namespace", ""), m["name"], m["uid"], m["resourceVersion"]))
-    return out
-
-
-def hub_state(hub: HubProcess, account: str) -> set[Key]:
-    """Empty while the hub does not know the account yet."""
-    out: set[Key] = set()
-    for kind in KINDS:
-        status, doc = hub.get(f"/api/v1/accounts/{account}/objects?kind={kind}")
-        for item in doc["items"] if status == 200 else []:  # type: ignore[index]
-            m = item["metadata"]
-            out.add((kind, m.get("namespace", ""), m["name"], m["uid"], m["resourceVersion"]))
-    return out
-
-
-def converge(hub: HubProcess, account: str, directory: Path, bound: float) -> float:
-    """Seconds until the hub holds exactly the cluster's objects; fails with what differs."""
-    start = time.monotonic()
-    while True:
-        want, have = cluster_state(directory), hub_state(hub, account)
-        if want == have:
-            return time.monotonic() - start
-        if time.monotonic() - start > bound:
-            names = lambda keys: {k[:3] for k in keys}  # noqa: E731
-            lost, phantom = names(want) - names(have), names(have) - names(want)
-            stale = {k for k in want - have if k[:3] in names(have)}
-            pytest.fail(f"not converged after {bound:g}s: {len(lost)} lost {sorted(lost)[:5]}, {len(phantom)} "
-                        f"phantom {sorted(phantom)[:5]}, {len(stale)} stale {sorted(stale)[:5]}\nhub log:\n"
-                        + "\n".join([line for line in hub.log if "aiosqlite" not in line][-15:]))
-        time.sleep(0.5)  # a poll interval: the condition is checked again, never assumed
-
-
 def follow(directory: Path, tmp_path: Path) -> tuple[TcpProxy, HubProcess, AgentProcess]:
     """A hub, and an agent following the cluster through a proxy the drill can close."""
     server = yaml.safe_load((directory / "admin.yaml").read_text())["clusters"][0]["cluster"]["server"]
@@ -120,9 +65,9 @@ def follow(directory: Path, tmp_path: Path) -> tuple[TcpProxy, HubProcess, Agent
     return proxy, hub, agent
 
 
-def report(hub: HubProcess, what: str, took: float) -> None:
-    print(f"\ndrill {what}: converged {took:.1f}s after the cluster came back (bound {CONVERGENCE_BOUND:g}s): "
-          "0 lost, 0 phantom, 0 stale")
+def converged(hub: HubProcess, directory: Path, what: str) -> None:
+    took = converge(hub, "drill", directory / "admin.yaml", KINDS, CONVERGENCE_BOUND)
+    report(what, took, "the cluster came back", CONVERGENCE_BOUND)
     assert hub.json("/api/v1/accounts/drill")["state"] == "ACTIVE"
 
 
@@ -134,9 +79,10 @@ def test_a_cluster_back_on_fresh_storage_is_listed_again(control_plane: Path, tm
         real_cluster("revision", "--at-least", "3000", directory=directory)
     proxy, hub, agent = follow(directory, tmp_path)
     try:
-        create_configmaps(directory, "before", 20)
-        converge(hub, "drill", directory, CONVERGENCE_BOUND)
-        last = max(int(key[4]) for key in cluster_state(directory))  # about where the agent's watches are
+        create_configmaps(directory / "admin.yaml", "before", 20)
+        converge(hub, "drill", directory / "admin.yaml", KINDS, CONVERGENCE_BOUND)
+        # About where the agent's watches are:
+        last = max(int(key[4]) for key in cluster_state(directory / "admin.yaml", KINDS))
 
         proxy.refusing = True  # the agent loses the cluster...
         proxy.cut()
@@ -144,12 +90,12 @@ def test_a_cluster_back_on_fresh_storage_is_listed_again(control_plane: Path, tm
         # just below the agent's last version, so resuming from it is served, not refused.
         reset = ["reset"] if storage == "empty" else ["reset", "--revision", str(max(1, last - 20))]
         real_cluster(*reset, directory=directory)
-        create_configmaps(directory, "after", 10)
+        create_configmaps(directory / "admin.yaml", "after", 10)
         if storage == "ahead":
             assert int(real_cluster("revision", directory=directory)) > last, "the new storage is not past the old"
         proxy.refusing = False
 
-        report(hub, f"fresh cluster ({storage} storage)", converge(hub, "drill", directory, CONVERGENCE_BOUND))
+        converged(hub, directory, f"fresh cluster ({storage} storage)")
     finally:
         agent.stop()
         hub.stop()
@@ -162,21 +108,21 @@ def test_a_cluster_restored_from_a_backup_is_listed_again(control_plane: Path, t
     directory = control_plane
     proxy, hub, agent = follow(directory, tmp_path)
     try:
-        create_configmaps(directory, "before", 10)
-        converge(hub, "drill", directory, CONVERGENCE_BOUND)
+        create_configmaps(directory / "admin.yaml", "before", 10)
+        converge(hub, "drill", directory / "admin.yaml", KINDS, CONVERGENCE_BOUND)
         real_cluster("backup", directory=directory)
-        create_configmaps(directory, "between", 30)  # what the restore will forget
-        converge(hub, "drill", directory, CONVERGENCE_BOUND)
-        last = max(int(key[4]) for key in cluster_state(directory))
+        create_configmaps(directory / "admin.yaml", "between", 30)  # what the restore will forget
+        converge(hub, "drill", directory / "admin.yaml", KINDS, CONVERGENCE_BOUND)
+        last = max(int(key[4]) for key in cluster_state(directory / "admin.yaml", KINDS))
 
         proxy.refusing = True
         proxy.cut()
         real_cluster("restore", directory=directory)
-        create_configmaps(directory, "after", 3)
+        create_configmaps(directory / "admin.yaml", "after", 3)
         assert int(real_cluster("revision", directory=directory)) < last, "the restored cluster is not behind"
         proxy.refusing = False
 
-        report(hub, "cluster restored from a backup", converge(hub, "drill", directory, CONVERGENCE_BOUND))
+        converged(hub, directory, "cluster restored from a backup")
     finally:
         agent.stop()
         hub.stop()

@@ -55,6 +55,7 @@ class EngineSettings:
     page_size: int = 500
     discovery_interval: float = 60.0
     watch_timeout: tuple[int, int] = (300, 600)
+    watch_idle_timeout: float = 90.0
 
 
 @dataclass
@@ -310,10 +311,11 @@ class AccountRunner:
         wanted = self._wanted(found.kinds)
         checks = [key for key in wanted if key not in self.watches]
         limit = asyncio.Semaphore(REQUEST_PARALLELISM)
+        client = self._client
 
         async def check(key: tuple[KindInfo, str | None]) -> tuple[tuple[KindInfo, str | None], bool, str]:
             async with limit:
-                ok, why = await readable(self._client, key[0], key[1])
+                ok, why = await readable(client, key[0], key[1])
             return key, ok, why
 
         skipped = {alias: f"the same objects as {kept}, which is followed" for alias, kept in self._aliases.items()}
@@ -354,10 +356,11 @@ class AccountRunner:
         names = sorted(n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or [])
                        if n and n not in omit)
         limit = asyncio.Semaphore(REQUEST_PARALLELISM)
+        client = self._client
 
         async def check(namespace: str) -> tuple[str, set[KindInfo]]:
             async with limit:
-                return namespace, await readable_in(self._client, kinds, namespace)
+                return namespace, await readable_in(client, kinds, namespace)
 
         out: dict[KindInfo, list[str]] = {k: [] for k in kinds}
         for namespace, allowed in await all_or_first_error(check(n) for n in names):
@@ -376,7 +379,8 @@ class AccountRunner:
             budget=self.budget.for_account(self.name), page_size=self.settings.page_size,
             field_selector=field_selector, metadata_only=is_secret(kind), transform=transform_for(kind),
             on_state=lambda state, reason: self._on_watch_state(key, state, reason),
-            watch_timeout=self.settings.watch_timeout, before_resume=self._confirm_cluster,
+            watch_timeout=self.settings.watch_timeout,
+            idle_timeout=self.settings.watch_idle_timeout, before_resume=self._confirm_cluster,
         )
         task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector),
                                                       name=f"{self.name} {kind.qualified}")

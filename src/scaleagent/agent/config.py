@@ -178,7 +178,7 @@ class AccountConfig(ConfigModel):
             try:
                 _check_kind(kind, need_group=need_group)
             except PydanticCustomError as e:
-                raise invalid(e.context["message"], i) from None
+                raise invalid((e.context or {}).get("message", str(e)), i) from None
         return value
 
     @field_validator("custom_resource_definitions", mode="before")
@@ -261,6 +261,10 @@ class KubernetesConfig(ConfigModel):
     accounts: tuple[AccountConfig, ...] = ()
     page_size: StrictInt = Field(500, ge=1, le=10000)
     discovery_interval_seconds: StrictFloat = Field(60.0, gt=0)
+    # A watch that receives nothing for this long is taken for dead and resumed. Servers send a
+    # bookmark every minute (Kubernetes 1.27 and later; kubesim's --bookmark-interval), so only a
+    # connection the network left half-open, or a server too old for periodic bookmarks, is silent.
+    watch_idle_timeout_seconds: StrictFloat = Field(90.0, gt=0)
 
     @model_validator(mode="after")
     def _unique_names(self) -> KubernetesConfig:

@@ -25,7 +25,8 @@ class Agent:
         self.releaser = Releaser()
         self.budget = Budget(config.tasks.total_budget, config.tasks.budget_per_account,
                              on_idle=self.releaser.burst_ended)
-        self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds)
+        self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds,
+                                       watch_idle_timeout=k.watch_idle_timeout_seconds)
         self.sink = sink
         self.accounts = AccountManager(self.settings, sink, self.budget,
                                        dynamic_enabled=config.dynamic_accounts_enabled)

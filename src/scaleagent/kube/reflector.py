@@ -36,6 +36,7 @@ SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with nothing delivered co
 RELIST_SPACING = 5.0  # seconds: a relist sooner than this after the previous one waits for backoff
 HEALTHY_STREAM = 60.0  # seconds: a stream that broke after serving this long resets the backoff
 READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent connection counts as dead
+IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a watch counts as dead
 
 
 class Gone(Exception):
@@ -85,7 +86,7 @@ class Reflector:
         budget: Callable[[], AsyncContextManager[Any]] | None = None, page_size: int = 500,
         field_selector: str = "", metadata_only: bool = False, transform: Transform | None = None,
         on_state: StateCallback | None = None, watch_timeout: tuple[int, int] = (300, 600),
-        before_resume: Check | None = None,
+        before_resume: Check | None = None, idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.client, self.kind, self.handler = client, kind, handler
         self.account, self.namespace = account, namespace
@@ -94,6 +95,10 @@ class Reflector:
         self.metadata_only, self.transform = metadata_only, transform
         self.on_state = on_state or (lambda state, reason: None)
         self.watch_timeout = watch_timeout
+        # HTTP/1.1 has no ping (client-go relies on HTTP/2's ReadIdleTimeout): a connection the
+        # network left half-open is silent for good, so silence longer than the bookmark interval
+        # ends the watch, which resumes from the last version seen.
+        self.idle_timeout = idle_timeout
         # Raises ClusterReplaced when the cluster is not the one listed; asked before a watch
         # resumes after a failure or an early end: the moments a server may have been replaced.
         self.before_resume = before_resume
@@ -239,7 +244,7 @@ class Reflector:
         self._stream_started = asyncio.get_running_loop().time()
         async with self.client.stream("GET", self.kind.path(self.namespace), params=params,
                                       accept=META_ONE if self.metadata_only else None,
-                                      read_timeout=timeout + READ_SLACK) as resp:
+                                      read_timeout=min(self.idle_timeout, timeout + READ_SLACK)) as resp:
             self.failures = 0  # the server accepted the watch: this kind is making progress again
             self.on_state("watching", "")
             pending = b""
@@ -249,7 +254,16 @@ class Reflector:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+                except asyncio.TimeoutError:
+                    # Silent past the bookmark interval: a connection the network left half-open,
+                    # or a server without periodic bookmarks. Not a failure: resume from the last
+                    # version seen, once the server has been checked (a resume is suspect).
+                    log.debug("%s %s: nothing received for %gs; resuming the watch on a new connection",
+                              self.account, self.kind.qualified, self.idle_timeout)
+                    self.resumes += 1
+                    self._suspect = True
+                    return delivered
+                except (aiohttp.ClientError, OSError) as e:
                     # The stream broke: resume from the last version seen, no snapshot needed.
                     self.resumes += 1
                     raise ConnectionFailed(f"the watch broke: {type(e).__name__}: {e}") from None
