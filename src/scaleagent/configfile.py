@@ -33,6 +33,7 @@ from typing import IO, Annotated, Any, ClassVar, Generic, TypeVar, Union, get_ar
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, SecretStr, ValidationError, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 __all__ = [
@@ -356,22 +357,22 @@ class ConfigFormat(Generic[M]):
         loc: tuple[str, ...] = ()
         for depth, segment in enumerate(segments):
             last = depth == len(segments) - 1
-            fields = {_env_key(f.alias): f for f in model.model_fields.values()}
+            fields = {_env_key(_alias(f)): f for f in model.model_fields.values()}
             if _env_key(segment) not in fields:
                 section = f"in {_format_loc(loc)}" if loc else "at the top level"
                 close = difflib.get_close_matches(_env_key(segment), list(fields), n=1, cutoff=0.6)
                 hint = ""
                 if close:
-                    path = "__".join([*segments[:depth], fields[close[0]].alias.upper()])
+                    path = "__".join([*segments[:depth], _alias(fields[close[0]]).upper()])
                     hint = f" (did you mean {self.env_prefix}{path}?)"
                 return None, f"{segment!r} is not a configuration key {section}{hint}"
             model_field = fields[_env_key(segment)]
             annotation = _unwrap(model_field.annotation)
-            loc += (model_field.alias,)
+            loc += (_alias(model_field),)
             if _is_list(annotation):
                 return None, f"{_format_loc(loc)} is a list; lists cannot be set from the environment"
             if _is_model(annotation) and last:
-                first = next(iter(annotation.model_fields.values())).alias.upper()
+                first = _alias(next(iter(annotation.model_fields.values()))).upper()
                 return None, f"{_format_loc(loc)} is a section, not a value; set one of its keys, e.g. {var}__{first}"
             if not _is_model(annotation) and not last:
                 return None, f"{_format_loc(loc)} is a value, not a section"
@@ -381,12 +382,12 @@ class ConfigFormat(Generic[M]):
             if last:
                 if container is None:
                     return None, None  # the file's section is not a mapping: reported as a file error
-                container[model_field.alias] = _env_value(raw, annotation)
+                container[_alias(model_field)] = _env_value(raw, annotation)
                 return loc, None
             if container is not None:
-                child = container.get(model_field.alias)
+                child = container.get(_alias(model_field))
                 if child is None:
-                    child = container[model_field.alias] = {}
+                    child = container[_alias(model_field)] = {}
                 container = child if isinstance(child, dict) else None
             model = annotation
         return None, None
@@ -450,7 +451,7 @@ def _holds_secret(annotation: Any) -> bool:
 
 def _keys_of(model_field: Any) -> list[str]:
     """The YAML keys of a field: its alias first, then any other accepted spelling."""
-    keys = [model_field.alias]
+    keys = [_alias(model_field)]
     if isinstance(model_field.validation_alias, AliasChoices):
         keys += [c for c in model_field.validation_alias.choices if isinstance(c, str) and c not in keys]
     return keys
@@ -487,6 +488,13 @@ def _annotation_at(root: type[BaseModel], loc: tuple[str | int, ...]) -> Any:
     return annotation
 
 
+def _alias(model_field: FieldInfo) -> str:
+    """A field's YAML key: every model here has an alias generator (camelCase), so each has one."""
+    if model_field.alias is None:
+        raise TypeError("a configuration model without an alias generator")
+    return model_field.alias
+
+
 @cache
 def _sections(root: type[BaseModel]) -> tuple[dict[str, tuple[str, ...]], dict[type[BaseModel], str]]:
     """(every YAML key, lowercased -> the dotted paths of the sections that have it;
@@ -497,9 +505,9 @@ def _sections(root: type[BaseModel]) -> tuple[dict[str, tuple[str, ...]], dict[t
     def visit(model: type[BaseModel], prefix: str) -> None:
         paths.setdefault(model, prefix)
         for model_field in model.model_fields.values():
-            keys.setdefault(model_field.alias.lower(), []).append(prefix)
+            keys.setdefault(_alias(model_field).lower(), []).append(prefix)
             annotation = _unwrap(model_field.annotation)
-            path = f"{prefix}.{model_field.alias}" if prefix else model_field.alias
+            path = f"{prefix}.{_alias(model_field)}" if prefix else _alias(model_field)
             if _is_list(annotation):
                 annotation, path = _unwrap(get_args(annotation)[0]), path + "[]"
             if _is_model(annotation):
@@ -512,7 +520,7 @@ def _sections(root: type[BaseModel]) -> tuple[dict[str, tuple[str, ...]], dict[t
 def _unknown_key_message(root: type[BaseModel], model: type[BaseModel] | None, key: Any) -> str:
     if model is None:
         return "unknown key"
-    canonical = [f.alias for f in model.model_fields.values()]
+    canonical = [_alias(f) for f in model.model_fields.values()]
     if isinstance(key, str):
         lowered = {c.lower(): c for c in canonical}
         close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
@@ -665,7 +673,7 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_yaml_map)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _Loader.construct_yaml_map)  # type: ignore[type-var]
 
 
 def _read_yaml(source: str, text: str) -> dict[str, Any]:

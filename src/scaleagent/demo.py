@@ -12,6 +12,7 @@ import contextlib
 import re
 import signal
 import sys
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,7 +147,8 @@ class Demo:
         found: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         child.pump = asyncio.create_task(_pump(child, pattern, found))
         stopping = asyncio.create_task(self.stop.wait())
-        done, _ = await asyncio.wait([found, stopping], timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        waits: list[asyncio.Future[Any]] = [found, stopping]
+        done, _ = await asyncio.wait(waits, timeout=120, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if found in done:
             return found.result()

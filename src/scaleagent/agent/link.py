@@ -251,7 +251,7 @@ class HubLink:
                 tasks.append(asyncio.create_task(self._heartbeats(), name="hub link heartbeats"))
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-                failures = [t.exception() for t in done if t.exception() is not None]
+                failures = [f for f in (t.exception() for t in done) if f is not None]
                 # The reader's status says why the hub ended the stream; a writer's error only that it ended.
                 failures.sort(key=lambda e: not isinstance(e, grpc.aio.AioRpcError))
                 if failures:

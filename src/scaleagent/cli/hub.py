@@ -59,8 +59,8 @@ def open_stream(hub: str, method: str, path: str, *, body: Any = None, params: S
             message = f"the hub answered {e.code} {message} to {method} {path}"
         raise HubError(f"error: {message}", e.code, reason) from None
     except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise HubError(f"error: cannot reach the hub at {hub}: {reason} (is it running? see --hub)") from None
+        cause = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise HubError(f"error: cannot reach the hub at {hub}: {cause} (is it running? see --hub)") from None
 
 
 def send(hub: str, method: str, path: str, *, body: Any = None, params: Sequence[tuple[str, str]] = (),

@@ -248,7 +248,7 @@ def _open_watch(args: argparse.Namespace, kind: KindInfo) -> Any:
 
 def sse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, str]]:
     """(event, data) of a Server-Sent Events stream; comments (heartbeats) are skipped."""
-    event, data = "message", []
+    event, data = "message", list[str]()
     for raw in lines:
         line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if not line:

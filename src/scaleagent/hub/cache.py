@@ -78,7 +78,7 @@ _APP = " application"
 _CLUSTER = " cluster"
 
 
-class _Members(list):  # type: ignore[type-arg]
+class _Members(list):
     """The entries indexed under one value, when there are several.
 
     A list costs 8 bytes per member where a set costs 35 to 140. Removing from a list is a scan,

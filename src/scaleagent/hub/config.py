@@ -340,7 +340,7 @@ class HubConfig(ConfigModel):
         """A new config with the command-line options `--grpc-port`, `--http-port` and `--db`
         applied (None = not given); they win over the file and the environment, and are checked
         like them. Raises ConfigError naming the option."""
-        given = {
+        given: dict[tuple[str, ...], tuple[Any, str]] = {
             ("server", "grpcPort"): (grpc_port, "command-line option --grpc-port"),
             ("server", "httpPort"): (http_port, "command-line option --http-port"),
             ("database", "url"): (database_url, "command-line option --db"),

@@ -283,7 +283,7 @@ def _prepared(op: Operation) -> dict[str, Any]:
 def _names_by_namespace(refs: list[dict[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for r in refs:
-        meta = r.get("metadata") if isinstance(r.get("metadata"), dict) else r
+        meta: dict[str, Any] = r["metadata"] if isinstance(r.get("metadata"), dict) else r
         kind = str(r.get("kind") or "")
         out.setdefault(str(meta.get("namespace") or ""), []).append(f"{kind[:1].lower()}{kind[1:]} {meta.get('name')}")
     return out

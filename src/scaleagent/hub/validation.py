@@ -132,16 +132,17 @@ def _declared(route: Any, where: str, name: str) -> tuple[str, float | None, flo
             what = "number"
         else:
             return None
-        low = high = None
+        low: Any = None
+        high: Any = None
         for m in field.field_info.metadata:
             if isinstance(m, Ge):
                 low = m.ge
             elif isinstance(m, Gt):
-                low = m.gt + (1 if what == "whole number" else 0)
+                low = m.gt + (1 if what == "whole number" else 0)  # type: ignore[operator]  # numbers here
             elif isinstance(m, Le):
                 high = m.le
             elif isinstance(m, Lt):
-                high = m.lt - (1 if what == "whole number" else 0)
+                high = m.lt - (1 if what == "whole number" else 0)  # type: ignore[operator]  # numbers here
         return what, low, high
     return None
 

@@ -494,7 +494,7 @@ class ClusterOperations:
             out.output["alreadyGone"] = gone
         for (kind, namespace, name), uid in uids.items():
             out.step = f"waiting for {describe(kind, name, namespace)} to be deleted"
-            await self._wait(kind, namespace, name, lambda obj, uid=uid: obj is None or _uid(obj) != uid)
+            await self._wait(kind, namespace, name, _gone_or_replaced(uid))
 
     async def _delete_targets(self, request: dict[str, Any]) -> list[tuple[KindInfo, str, str]]:
         if request.get("manifestName"):
@@ -726,6 +726,11 @@ def _crd_kinds(crd: dict[str, Any]) -> list[tuple[str, str]]:
     group, kind = spec.get("group"), spec["names"].get("kind")
     versions = [v.get("name") for v in spec.get("versions") or [] if isinstance(v, dict)]
     return [(f"{group}/{v}", kind) for v in versions if group and kind and v]
+
+
+def _gone_or_replaced(uid: str) -> Callable[[dict[str, Any] | None], bool]:
+    """Whether a delete is done: the object is gone, or one of the same name with another uid is there."""
+    return lambda obj: obj is None or _uid(obj) != uid
 
 
 def _uid(obj: dict[str, Any]) -> str:

@@ -237,6 +237,9 @@ class Requirement:
     """
 
     __slots__ = ("_key", "_operator", "_values")
+    _key: str
+    _operator: str
+    _values: tuple[str, ...]
 
     def __init__(self, key: str, operator: str, values: Iterable[str] = ()) -> None:
         object.__setattr__(self, "_key", key)
@@ -378,6 +381,8 @@ class LabelSelector:
     """
 
     __slots__ = ("_requirements", "_nothing")
+    _requirements: tuple[Requirement, ...]
+    _nothing: bool
 
     def __init__(self, requirements: Iterable[Requirement] = (), *, _nothing: bool = False) -> None:
         reqs = sorted(requirements, key=lambda r: r.key)  # stable, like sort.Sort(ByKey) for distinct keys

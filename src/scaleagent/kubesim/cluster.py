@@ -219,7 +219,9 @@ class Cluster:
         self.store.commit(rt.storage_key, ADDED, self._to_storage(rt, obj), None)
         if rt.group == "apiextensions.k8s.io" and rt.plural == "customresourcedefinitions":
             self._crd_established(obj)
-        return self._as_version(rt, self.store.get(rt.storage_key, namespace, meta["name"]))
+        created = self.store.get(rt.storage_key, namespace, meta["name"])
+        assert created is not None, "just committed"
+        return self._as_version(rt, created)
 
     def _initial_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """The status a strategy's PrepareForCreate leaves (whatever the client sent is dropped)."""
@@ -495,7 +497,8 @@ class Cluster:
     def review(self, rt: ResourceType, user: UserInfo, body: dict[str, Any]) -> dict[str, Any]:
         body = validation.check_type(body)
         spec = body.get("spec") or {}
-        out = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"creationTimestamp": None}, "spec": spec}
+        out: dict[str, Any] = {"kind": rt.kind, "apiVersion": rt.api_version,
+                               "metadata": {"creationTimestamp": None}, "spec": spec}
         if rt.kind == "SelfSubjectAccessReview":
             ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
             if bool(ra) == bool(nra):
@@ -506,6 +509,7 @@ class Cluster:
                                    resource=ra.get("resource", ""), subresource=ra.get("subresource", ""),
                                    name=ra.get("name", ""), namespace=ra.get("namespace", ""))
             else:
+                nra = nra or {}  # exactly one of the two is set (checked above)
                 attrs = Attributes(user, nra.get("verb", ""), False, path=nra.get("path", ""))
             allowed, reason = self.authorizer.authorize(attrs)
             out["status"] = {"allowed": allowed}

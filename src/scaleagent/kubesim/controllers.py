@@ -386,7 +386,7 @@ class Controllers:
         if current is None:
             labels = {**(template.get("metadata") or {}).get("labels", {}), "pod-template-hash": h}
             sel = spec.get("selector") or {}
-            rs = {
+            rs: dict[str, Any] = {
                 "apiVersion": "apps/v1", "kind": "ReplicaSet",
                 "metadata": {"name": f"{name}-{h}", "namespace": ns, "labels": labels,
                              "annotations": {REVISION: str(max_rev + 1),
@@ -462,7 +462,7 @@ class Controllers:
         for type_, s, reason, message in want:
             prev = conds.get(type_)
             same = prev and prev.get("status") == s and prev.get("reason") == reason
-            out.append({"type": type_, "status": s, "lastUpdateTime": prev["lastUpdateTime"] if same else now,
+            out.append({"type": type_, "status": s, "lastUpdateTime": prev["lastUpdateTime"] if same and prev else now,
                         "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == s else now,
                         "reason": reason, "message": message})
         status["conditions"] = out

@@ -102,6 +102,7 @@ class FieldSelector:
     """
 
     __slots__ = ("_terms",)
+    _terms: tuple[tuple[str, str, str], ...]
 
     def __init__(self, terms: Iterable[tuple[str, str, str]] = ()) -> None:
         object.__setattr__(self, "_terms", tuple((f, op, v) for f, op, v in terms))

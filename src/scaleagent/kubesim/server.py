@@ -9,6 +9,7 @@ import random
 import re
 import ssl
 from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -305,9 +306,7 @@ class APIServer:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         if rt.namespaced and not namespace and verb not in ("list", "watch"):
             raise no_resource()
-        allowed_verbs = set(rt.verbs)
-        if sub:
-            allowed_verbs = SUBRESOURCE_VERBS[sub]
+        allowed_verbs: Collection[str] = SUBRESOURCE_VERBS[sub] if sub else set(rt.verbs)
         if verb not in allowed_verbs:
             raise StatusError(405, "the server does not allow this method on the requested resource")
         return Request(rt, verb, namespace, name, sub)
@@ -467,7 +466,7 @@ class APIServer:
     def _component_statuses(self, req: Request, render: Rendering) -> web.Response:
         """The deprecated ComponentStatus API: probed on each read, never stored, so neither the list
         nor its items have a resourceVersion (and there is no watch)."""
-        items = [{"kind": "ComponentStatus", "apiVersion": "v1", "metadata": {"name": n, "creationTimestamp": None},
+        items: list[dict[str, Any]] = [{"kind": "ComponentStatus", "apiVersion": "v1", "metadata": {"name": n, "creationTimestamp": None},
                   "conditions": [{"type": "Healthy", "status": "True", "message": "ok"}]}
                  for n in ("scheduler", "controller-manager", "etcd-0")]
         if req.verb == "get":

@@ -9,13 +9,16 @@ makes clients relist. Stored objects are never mutated in place; a write stores 
 
 from __future__ import annotations
 
+import builtins
+
 import asyncio
 import base64
 import heapq
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
+from typing import Any
 
 import orjson
 from sortedcontainers import SortedDict
@@ -121,7 +124,7 @@ class Watcher:
     def stream(
         self, current_rv: Callable[[], int], *, timeout: float, bookmark_interval: float | None,
         clock: Callable[[], float],
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         """What the watch sends after its initial events: batches of changes, and BOOKMARK events.
 
         A bookmark promises that every change up to its resourceVersion has been sent, so one is
@@ -137,7 +140,7 @@ class Watcher:
     async def _stream(
         self, current_rv: Callable[[], int], deadline: float, next_bookmark: float, bookmark_interval: float | None,
         clock: Callable[[], float],
-    ) -> AsyncIterator[list[Event]]:
+    ) -> AsyncGenerator[list[Event], None]:
         waiting: Event | None = None
         while True:
             expired = clock() >= deadline
@@ -362,7 +365,7 @@ class Store:
 
     def watch(
         self, resource: str, namespace: str, predicate: Predicate | None, from_rv: int | None
-    ) -> tuple[Watcher, list[Event]]:
+    ) -> tuple[Watcher, builtins.list[Event]]:
         """Register a watcher and return the events it must see first.
 
         from_rv None ("unset" or "0" in the API) starts with synthetic ADDED events for the

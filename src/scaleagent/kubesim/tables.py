@@ -93,7 +93,7 @@ def _pod_status(o: dict[str, Any]) -> str:
 
 
 def _component_condition(o: dict[str, Any], field: str) -> str:
-    healthy = next((c for c in o.get("conditions") or [] if c.get("type") == "Healthy"), {})
+    healthy: dict[str, Any] = next((c for c in o.get("conditions") or [] if c.get("type") == "Healthy"), {})
     if field == "status":
         return "Healthy" if healthy.get("status") == "True" else "Unhealthy"
     return healthy.get(field, "")

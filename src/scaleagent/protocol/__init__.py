@@ -13,10 +13,10 @@ PROTOCOL_VERSION = 1
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentLink"].full_name
 
-EVENT_TYPES: dict[str, int] = {
+EVENT_TYPES: dict[str, pb.EventType] = {
     "ADDED": pb.ADDED, "MODIFIED": pb.MODIFIED, "DELETED": pb.DELETED,
     "SNAPSHOT_BEGIN": pb.SNAPSHOT_BEGIN, "SNAPSHOT_END": pb.SNAPSHOT_END,
 }
-EVENT_TYPE_NAMES: dict[int, str] = {v: k for k, v in EVENT_TYPES.items()}
+EVENT_TYPE_NAMES: dict[pb.EventType, str] = {v: k for k, v in EVENT_TYPES.items()}
 
 __all__ = ["pb", "pb_grpc", "PROTOCOL_VERSION", "SERVICE_NAME", "EVENT_TYPES", "EVENT_TYPE_NAMES"]

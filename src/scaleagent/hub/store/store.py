@@ -325,7 +325,7 @@ class Store:
                 .values(state=state, error_message=error_message, updated_at=_now())
                 .execution_options(synchronize_session=False)
             )
-            if result.rowcount == 0:
+            if _rowcount(result) == 0:
                 raise AccountNotFound(name)
 
     async def delete_account(self, name: str) -> bool:
@@ -336,7 +336,7 @@ class Store:
             result = await session.execute(
                 delete(Account).where(Account.name == name).execution_options(synchronize_session=False)
             )
-            return result.rowcount > 0
+            return _rowcount(result) > 0
 
     async def create_accounts(self, accounts: Mapping[str, Mapping[str, Any]]) -> list[AccountRow]:
         """Create every account of `accounts` ({name: fields}, fields as for `upsert_account`) in
@@ -552,7 +552,7 @@ class Store:
         async with self._transaction("delete_credentials", name) as session:
             result = await session.execute(
                 delete(Credentials).where(Credentials.name == name).execution_options(synchronize_session=False))
-            return result.rowcount > 0
+            return _rowcount(result) > 0
 
     async def claim_credentials(self, name: str) -> bool:
         """Set `migrated_at` to now if it is not set yet, in one conditional UPDATE; True if this
@@ -564,7 +564,7 @@ class Store:
                 .where(Credentials.name == name, Credentials.migrated_at.is_(None))
                 .values(migrated_at=_now())
                 .execution_options(synchronize_session=False))
-            return result.rowcount == 1
+            return _rowcount(result) == 1
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -763,3 +763,9 @@ def _utc(value: datetime) -> datetime:
     """Make an aware UTC datetime of a value from the ORM; `UtcDateTime` does this on load, this
     covers values the session still holds as they were assigned."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _rowcount(result: Any) -> int:
+    """Rows an UPDATE or DELETE matched (SQLAlchemy types execute()'s result as a plain Result,
+    which has no rowcount; for these statements it is a CursorResult, which does)."""
+    return int(result.rowcount)

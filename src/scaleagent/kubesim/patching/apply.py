@@ -593,7 +593,7 @@ def _diff(lhs: dict, rhs: dict, root: _T, reset: tuple[tuple, ...]) -> tuple[set
     return _drop_reset(added, reset), _drop_reset(modified, reset), _drop_reset(removed, reset)
 
 
-def _track_update(managers: dict[tuple, _Entry], lhs: dict, rhs: dict, key: tuple, entry_args: tuple,
+def _track_update(managers: dict[tuple, _Entry], lhs: dict, rhs: dict, key: tuple, entry_args: tuple[str, str, str],
                   root: _T, reset: tuple[tuple, ...], now: str) -> None:
     """An Update operation: the writer takes every field it changed, nobody keeps removed ones."""
     added, modified, removed = _diff(lhs, rhs, root, reset)
@@ -604,11 +604,11 @@ def _track_update(managers: dict[tuple, _Entry], lhs: dict, rhs: dict, key: tupl
         if removed:
             e.paths -= removed
     if changed:
-        e = managers.get(key)
-        if e is None:
-            e = managers[key] = _Entry(*entry_args, now, key[2], set())
-        e.paths |= changed
-        e.time = now
+        entry = managers.get(key)
+        if entry is None:
+            entry = managers[key] = _Entry(*entry_args, now, key[2], set())
+        entry.paths |= changed
+        entry.time = now
 
 
 def _is_reset_request(mf: Any) -> bool:

@@ -242,12 +242,12 @@ def _merge_by_key(original: list, patch: list, mk: str, elem: _T) -> list:
         if mk not in v:
             raise PatchError(f"map: {v} does not contain declared merge key: {mk}", 400)
         h = _hkey(v[mk])
-        i = index.get(h)
-        if i is None:
+        at = index.get(h)
+        if at is None:
             index[h] = len(out)
             out.append(_smp_clean(v))
         else:
-            out[i] = _smp_map(out[i], v, elem)
+            out[at] = _smp_map(out[at], v, elem)
     return out
 
 
@@ -261,7 +261,8 @@ def _order_key(x: Any, mk: str | None) -> Any:
 
 def _partition(merged: list, by: list, mk: str | None) -> tuple[list, list]:
     keys = {_order_key(x, mk) for x in by}
-    inside, server_only = [], []
+    inside: list[Any] = []
+    server_only: list[Any] = []
     for v in merged:
         (inside if _order_key(v, mk) in keys else server_only).append(v)
     return inside, server_only

@@ -32,7 +32,7 @@ def _timestamp() -> sa.types.TypeEngine[Any]:
     return sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), *_MY)
 
 
-def _mysql_options(bind: sa.engine.Connection) -> dict[str, str]:
+def _mysql_options(bind: sa.engine.Connection) -> dict[str, Any]:
     """Table options for MySQL/MariaDB (none elsewhere). The collation must not pad: MySQL's
     `utf8mb4_bin` treats 'a' and 'a ' as equal, which would make two names collide."""
     dialect = bind.dialect

@@ -37,7 +37,7 @@ def _timestamp() -> sa.types.TypeEngine[Any]:
     return sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), *_MY)
 
 
-def _mysql_options(bind: sa.engine.Connection) -> dict[str, str]:
+def _mysql_options(bind: sa.engine.Connection) -> dict[str, Any]:
     """Table options for MySQL/MariaDB (none elsewhere); the same choice as 0001 makes, repeated
     so that each revision stands alone."""
     dialect = bind.dialect
