@@ -139,7 +139,7 @@ async def write(client, rate: float, warmup: float, seconds: float, objects: int
                 connections: int) -> tuple[list[tuple[float, float, str]], int]:
     """PATCH ConfigMaps at `rate`/s: (sent, acknowledged, resourceVersion) of each measured write, and
     how many writes failed. The client's pool is opened first, as a long-running writer's would be."""
-    from scaleagent.kube.client import KubeError
+    from scaleagent.kube.errors import KubeError
 
     await asyncio.gather(*(client.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/configmap-00000")
                            for _ in range(connections)))

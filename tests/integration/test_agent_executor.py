@@ -17,7 +17,8 @@ from scaleagent.agent.budget import Budget
 from scaleagent.agent.config import dynamic_account
 from scaleagent.agent.executor import OperationExecutor
 from scaleagent.agent.sinks import CountingSink
-from scaleagent.kube.operations import OPERATIONS, OperationFailed
+from scaleagent.kube.errors import OperationFailed
+from scaleagent.kube.operations import OPERATIONS
 from scaleagent.protocol import pb
 
 

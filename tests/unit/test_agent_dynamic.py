@@ -11,7 +11,8 @@ import yaml
 from kubernetes.config import kube_config
 
 from scaleagent.agent.config import ConfigError, DynamicAccountConfig, dynamic_account
-from scaleagent.kube.credentials import CredentialsError, load_credentials
+from scaleagent.kube.credentials import load_credentials
+from scaleagent.kube.errors import CredentialsError
 
 TOKEN = "s3cr3t-token-value"
 

@@ -12,9 +12,9 @@ from scaleagent.agent.budget import Budget
 from scaleagent.agent.scrub import LAST_APPLIED, scrub_secret
 from scaleagent.agent.sinks import event_json
 from scaleagent.kube.discovery import KindInfo, select_kinds
+from scaleagent.kube.errors import APIError, ClusterReplaced, Gone
 from scaleagent.kube.events import ObjectEvent
-from scaleagent.kube.reflector import ClusterReplaced, Gone, Reflector
-from scaleagent.kube.client import APIError
+from scaleagent.kube.reflector import Reflector
 
 POD = KindInfo("", "v1", "Pod", "pods", True)
 DEPLOY = KindInfo("apps", "v1", "Deployment", "deployments", True)
@@ -125,8 +125,8 @@ def test_memory_can_be_handed_back_on_this_platform():
 
 
 async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
-    from scaleagent.kube.client import ConnectionFailed
     from scaleagent.kube.concurrency import all_or_first_error
+    from scaleagent.kube.errors import ConnectionFailed
 
     cancelled = asyncio.Event()
 

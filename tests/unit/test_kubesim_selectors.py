@@ -2,9 +2,9 @@
 
 import pytest
 
+from scaleagent.kube.errors import SelectorError
 from scaleagent.kube.selectors import (
     LabelSelector,
-    SelectorError,
     label_selector_from_dict,
     label_selector_from_set,
     parse_label_selector,

@@ -7,8 +7,8 @@ import contextlib
 
 import orjson
 
-from scaleagent.kube.client import APIError
 from scaleagent.kube.discovery import KindInfo
+from scaleagent.kube.errors import APIError
 from scaleagent.kube.operations import ClusterOperations, Outcome, _pod_state, api_failure
 
 # What kube-apiserver v1.20.2 answers to a server-side apply of a Deployment with `spec.replicaz`

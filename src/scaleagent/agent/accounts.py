@@ -21,14 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kube.client import APIError, KubeClient, KubeError
+from ..kube.client import KubeClient
 from ..kube.concurrency import all_or_first_error
-from ..kube.credentials import CredentialsError, load_credentials
+from ..kube.credentials import load_credentials
 from ..kube.discovery import KindInfo, discover, follow_once, readable, readable_in, select_kinds
+from ..kube.errors import APIError, ClusterReplaced, CredentialsError, Forbidden, KubeError
 from ..kube.events import ObjectEvent
 from ..kube.operations import ClusterOperations
+from ..kube.reflector import META_LIST, META_ONE, Backoff, Reflector
 from ..kube.resources import ResourceMap
-from ..kube.reflector import META_LIST, META_ONE, Backoff, ClusterReplaced, Forbidden, Reflector
 from .budget import Budget
 from .config import ConfigError, dynamic_account
 from .retry_log import RetryReport

@@ -30,11 +30,11 @@ from pydantic import (
     AliasChoices,
     Field,
     SecretStr,
+    SkipValidation,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
-    SkipValidation,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -46,6 +46,7 @@ from ..configfile import (
     ConfigError,
     ConfigFormat,
     ConfigModel,
+    _read_yaml,  # the same safe reading as a configuration file's
     describe,
     invalid,
     is_host,
@@ -53,8 +54,8 @@ from ..configfile import (
     split_host_port,
     to_path,
 )
-from ..configfile import _read_yaml  # the same safe reading as a configuration file's
-from ..kube.credentials import CONTENT_SOURCE, SERVICE_ACCOUNT_DIR_ENV, CredentialsError, check_kubeconfig
+from ..kube.credentials import CONTENT_SOURCE, SERVICE_ACCOUNT_DIR_ENV, check_kubeconfig
+from ..kube.errors import CredentialsError
 
 __all__ = [
     "AccountConfig",

@@ -22,7 +22,8 @@ from typing import Any
 import grpc
 import orjson
 
-from ..kube.operations import STATUS_REASONS, OperationFailed, Outcome
+from ..kube.errors import OperationFailed
+from ..kube.operations import STATUS_REASONS, Outcome
 from ..protocol import pb
 from .accounts import AccountManager, AccountUnavailable
 from .scrub import scrub_secret

@@ -28,9 +28,27 @@ from typing import Any, TextIO
 
 from . import hub as hub_api
 from .errors import UNKNOWN_KIND, CliError, HubError
-from .kinds import KNOWN_KINDS, KindInfo, ResourceArg, group_of, manifest_name, meta, object_name, parse_resource_args, plural
-from .manifests import (CASCADE, DeleteTarget, apply_output, build_delete_operations, build_deploy_operation,
-                        check_namespaces, delete_output, read_manifest_files)
+from .kinds import (
+    KNOWN_KINDS,
+    KindInfo,
+    ResourceArg,
+    group_of,
+    manifest_name,
+    meta,
+    object_name,
+    parse_resource_args,
+    plural,
+)
+from .manifests import (
+    CASCADE,
+    DeleteTarget,
+    apply_output,
+    build_delete_operations,
+    build_deploy_operation,
+    check_namespaces,
+    delete_output,
+    read_manifest_files,
+)
 from .printers import TablePrinter, dump, dump_one, list_document, table_columns
 
 __all__ = ["add_parsers", "main", "sse_events", "watch_rows"]
@@ -224,7 +242,8 @@ def _print_get(args: argparse.Namespace, rows_by_target: list[tuple[ResourceArg,
 
 
 def _check_selector(selector: str) -> None:
-    from ..kube.selectors import SelectorError, parse_label_selector
+    from ..kube.errors import SelectorError
+    from ..kube.selectors import parse_label_selector
 
     try:
         parse_label_selector(selector)

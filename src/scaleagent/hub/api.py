@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
-from ..kube.selectors import SelectorError, parse_label_selector
+from ..kube.errors import SelectorError
+from ..kube.selectors import parse_label_selector
 from .accounts_api import accounts_router
 from .cache import SubscriptionOverflow
 from .credentials_api import credentials_router

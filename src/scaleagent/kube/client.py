@@ -18,40 +18,14 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from .credentials import Credentials, CredentialsError
+from .credentials import Credentials
+from .errors import APIError, ConnectionFailed, CredentialsError
 
 JSON = "application/json"
 USER_AGENT = "scale-agent/0.1"
 
 
-class KubeError(Exception):
-    """Base for everything that can go wrong talking to a cluster."""
 
-
-class ConnectionFailed(KubeError):
-    pass
-
-
-class APIError(KubeError):
-    def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
-        # A Status may come without a reason (Kubernetes 1.20's 500s do): no "500 : ..." then.
-        head = f"{status} {reason}" if reason else str(status)
-        super().__init__(f"{head}: {message}" if message else head)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.body = body
-
-    @classmethod
-    def from_response(cls, status: int, raw: bytes) -> "APIError":
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            body = None
-        if isinstance(body, dict) and body.get("kind") == "Status":
-            return cls(int(body.get("code") or status), str(body.get("reason") or ""), str(body.get("message") or ""), body)
-        text = raw[:200].decode(errors="replace").strip()
-        return cls(status, {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(status, "Error"), text, body)
 
 
 def describe_connection_error(server: str, e: BaseException) -> str:

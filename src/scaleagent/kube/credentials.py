@@ -32,15 +32,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .errors import CredentialsError
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # Where to find the service account files instead (tests, unusual mounts).
 SERVICE_ACCOUNT_DIR_ENV = "SCALE_AGENT_SERVICE_ACCOUNT_DIR"
 # How often a token that may rotate (exec plugins, projected service account tokens) is re-checked.
 REFRESH_EVERY = 30.0
 
-
-class CredentialsError(Exception):
-    """The credentials cannot be resolved; the message says which file or setting and why."""
 
 
 @dataclass

@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .client import APIError, KubeClient, KubeError
+from .client import KubeClient
 from .concurrency import all_or_first_error
+from .errors import APIError, KubeError
 
 LIST_WATCH = frozenset({"list", "watch"})
 

@@ -23,9 +23,10 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 import orjson
 
-from .client import APIError, ConnectionFailed, KubeClient, KubeError, describe_connection_error
+from .client import KubeClient, describe_connection_error
 from .discovery import KindInfo
-from .resources import ResourceMap, UnknownKind
+from .errors import APIError, ConnectionFailed, KubeError, OperationFailed, UnknownKind
+from .resources import ResourceMap
 
 __all__ = ["OPERATIONS", "STATUS_REASONS", "ClusterOperations", "OperationFailed", "Outcome", "Touched", "api_failure"]
 
@@ -64,13 +65,6 @@ APPLY_FIRST = (
 )
 _RANK = {kind: i for i, kind in enumerate(APPLY_FIRST)}
 
-
-class OperationFailed(KubeError):
-    """A failure with a Kubernetes Status' code and reason, so that it travels like the API's own."""
-
-    def __init__(self, code: int, reason: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details
 
 
 def bad_request(message: str) -> OperationFailed:

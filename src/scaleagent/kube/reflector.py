@@ -18,8 +18,9 @@ from typing import Any, AsyncContextManager, Awaitable, Callable
 import aiohttp
 import orjson
 
-from .client import APIError, ConnectionFailed, KubeClient
+from .client import KubeClient
 from .discovery import KindInfo
+from .errors import APIError, ClusterReplaced, ConnectionFailed, Forbidden, Gone
 from .events import ADDED, DELETED, MODIFIED, SNAPSHOT_BEGIN, SNAPSHOT_END, ObjectEvent
 
 log = logging.getLogger("scaleagent.kube.reflector")
@@ -39,18 +40,7 @@ READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent conn
 IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a watch counts as dead
 
 
-class Gone(Exception):
-    """The resourceVersion we hold is too old: relist."""
 
-
-class Forbidden(Exception):
-    """This identity may not list or watch the kind: stop and report."""
-
-
-class ClusterReplaced(Exception):
-    """The API server now serves other storage than the one our resourceVersion came from (a
-    cluster rebuilt or restored from a backup): resuming would silently miss objects, so every
-    kind of the account must be listed again."""
 
 
 class Backoff:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .client import APIError, KubeClient, KubeError
+from .client import KubeClient
 from .discovery import KindInfo
+from .errors import APIError, UnknownKind
 
 __all__ = ["ResourceMap", "UnknownKind"]
 
-
-class UnknownKind(KubeError):
-    """The cluster does not serve what a manifest or reference names."""
 
 
 def _resources(doc: Any, group: str, version: str) -> list[KindInfo]:

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .errors import SelectorError
+
 __all__ = [
     "SelectorError",
     "Requirement",
@@ -30,14 +32,6 @@ __all__ = [
     "go_quote",
 ]
 
-
-class SelectorError(ValueError):
-    """A selector could not be parsed, validated or converted.
-
-    ``str(err)`` is the message the apiserver puts in its 400 response, e.g.
-    ``unable to parse requirement: <nil>: Invalid value: "a b": ...`` or
-    ``field label not supported: spec.foo``.
-    """
 
 
 # --------------------------------------------------------------------------

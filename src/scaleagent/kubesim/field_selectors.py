@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from ..kube.selectors import SelectorError, go_quote
+from ..kube.errors import SelectorError
+from ..kube.selectors import go_quote
 
 __all__ = [
     "FieldSelector",

@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..kube.selectors import SelectorError, go_quote, label_selector_from_dict
+from ..kube.errors import SelectorError
+from ..kube.selectors import go_quote, label_selector_from_dict
 
 __all__ = [
     "UserInfo",

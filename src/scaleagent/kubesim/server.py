@@ -8,21 +8,22 @@ import logging
 import random
 import re
 import ssl
-from dataclasses import dataclass
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import yaml
 from aiohttp import web
 
+from ..kube.errors import SelectorError
+from ..kube.selectors import parse_label_selector
 from . import events, openapi, openapi_v2, patching, tables, yamlbody
 from .cluster import PATCH_TYPES, Cluster
 from .errors import StatusError, bad_request, forbidden, invalid, no_resource, not_found, status_body
+from .field_selectors import FieldSelector, object_fields, parse_field_selector, supported_fields
 from .rbac import Attributes, UserInfo
 from .resources import SUBRESOURCE_VERBS, ResourceType
-from ..kube.selectors import SelectorError, parse_label_selector
-from .field_selectors import FieldSelector, object_fields, parse_field_selector, supported_fields
 from .store import BOOKMARK, ERROR, TooLargeResourceVersion
 
 log = logging.getLogger("scaleagent.kubesim")

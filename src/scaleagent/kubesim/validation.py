@@ -10,10 +10,11 @@ import base64
 import re
 from typing import Any
 
+from ..kube.errors import SelectorError
+from ..kube.selectors import label_selector_from_dict
 from . import events
 from .errors import StatusError, invalid
 from .resources import ResourceType
-from ..kube.selectors import SelectorError, label_selector_from_dict
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
