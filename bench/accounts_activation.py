@@ -24,22 +24,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median  # noqa: E402
-from processes import Agent, Hub, Proc, make_pki  # noqa: E402
+from common import machine, median
+from processes import Agent, Hub, Proc, make_pki
 
 
 def call(url: str, method: str, body: object) -> tuple[int, object]:
-    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, method=method, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.loads(r.read())
 
 
-def one_round(hub: Hub, kubeconfigs: list[Path], n: int, kinds: list[str], tag: str) -> tuple[float, float, list[float]]:
+def one_round(
+    hub: Hub, kubeconfigs: list[Path], n: int, kinds: list[str], tag: str
+) -> tuple[float, float, list[float]]:
     """(PATCH answer time, time until all ACTIVE, per-account times), in seconds."""
     names = [f"bench-{tag}-{i}" for i in range(n)]
-    accounts = [{"name": name, "kubeconfigFile": str(kubeconfigs[i % len(kubeconfigs)]),
-                 **({"kinds": kinds} if kinds else {})} for i, name in enumerate(names)]
+    accounts = [
+        {"name": name, "kubeconfigFile": str(kubeconfigs[i % len(kubeconfigs)]), **({"kinds": kinds} if kinds else {})}
+        for i, name in enumerate(names)
+    ]
     call(hub.url + "/armory/accounts", "POST", accounts)
     start = time.monotonic()
     status, _ = call(hub.url + "/armory/accounts", "PATCH", [{"name": name, "state": "ACTIVE"} for name in names])
@@ -80,17 +85,21 @@ def main() -> None:
             _wait_agent(hub)
             kubeconfigs = [tmp / "kube" / f"kubesim-{i}.yaml" for i in range(args.clusters)]
             scope = f"kinds {', '.join(args.kinds)}" if args.kinds else "every kind"
-            print(f"accounts activation: PATCH -> ACTIVE over {args.clusters} kubesim clusters, {scope}, "
-                  f"median of {args.rounds} rounds ({machine()})")
+            print(
+                f"accounts activation: PATCH -> ACTIVE over {args.clusters} kubesim clusters, {scope}, "
+                f"median of {args.rounds} rounds ({machine()})"
+            )
             for n in args.accounts:
                 rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}") for r in range(args.rounds)]
                 totals = [r[1] for r in rounds]
                 answers = [r[0] for r in rounds]
                 firsts = [r[2][0] for r in rounds]
                 medians = [median(r[2]) for r in rounds]
-                print(f"  {n:4d} account(s): all ACTIVE {median(totals):6.2f} s (rounds: "
-                      f"{', '.join(f'{t:.2f}' for t in totals)}); first ACTIVE {median(firsts):.2f} s, "
-                      f"median account {median(medians):.2f} s; PATCH answered in {median(answers) * 1000:.0f} ms")
+                print(
+                    f"  {n:4d} account(s): all ACTIVE {median(totals):6.2f} s (rounds: "
+                    f"{', '.join(f'{t:.2f}' for t in totals)}); first ACTIVE {median(firsts):.2f} s, "
+                    f"median account {median(medians):.2f} s; PATCH answered in {median(answers) * 1000:.0f} ms"
+                )
         finally:
             for proc in (agent, hub, kubesim):
                 if proc is not None:

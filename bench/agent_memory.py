@@ -24,20 +24,42 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, memory_kb, start_seeded_kubesim  # noqa: E402
+from common import machine, memory_kb, start_seeded_kubesim
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_agent(tmp: Path, info: dict, total: int, per_account: int, settle: float) -> dict:
-    accounts = [{"name": f"acct-{i:03d}", "kubeConfigFile": kc, "kinds": info["kinds"]}
-                for i, kc in enumerate(info["kubeconfigs"])]
+    accounts = [
+        {"name": f"acct-{i:03d}", "kubeConfigFile": kc, "kinds": info["kinds"]}
+        for i, kc in enumerate(info["kubeconfigs"])
+    ]
     config = tmp / f"agent-{total}-{per_account}.yaml"
-    config.write_text(yaml.safe_dump({"kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 600},
-                                      "tasks": {"totalBudget": total, "budgetPerAccount": per_account},
-                                      "server": {"port": 0}}))
-    proc = subprocess.Popen([sys.executable, "-m", "scaleagent.cli", "--log-level", "WARNING", "agent", "--no-hub", "--config",
-                             str(config)], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 600},
+                "tasks": {"totalBudget": total, "budgetPerAccount": per_account},
+                "server": {"port": 0},
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scaleagent.cli",
+            "--log-level",
+            "WARNING",
+            "agent",
+            "--no-hub",
+            "--config",
+            str(config),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     url = ""
     while not url:
         line = proc.stderr.readline()
@@ -62,11 +84,18 @@ def run_agent(tmp: Path, info: dict, total: int, per_account: int, settle: float
         metrics = r.read().decode()
     with urllib.request.urlopen(url + "/health", timeout=30) as r:
         events = sum(a["events"] for a in json.loads(r.read())["accounts"])
-    lists_peak = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("scale_agent_lists_peak"))
+    lists_peak = next(
+        float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("scale_agent_lists_peak")
+    )
     proc.terminate()
     proc.wait()
-    return {"synced_s": synced_in, "peak_mb": peak / 1024, "steady_mb": steady / 1024, "events": events,
-            "lists_peak": int(lists_peak)}
+    return {
+        "synced_s": synced_in,
+        "peak_mb": peak / 1024,
+        "steady_mb": steady / 1024,
+        "events": events,
+        "lists_peak": int(lists_peak),
+    }
 
 
 def main() -> None:
@@ -81,22 +110,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         t = time.monotonic()
-        kubesim, info = start_seeded_kubesim(tmp / "kc", "--clusters", str(args.clusters), "--kinds", str(args.kinds),
-                                             "--objects", str(args.objects))
-        print(f"kubesim seeded {args.clusters} x {args.kinds} x {args.objects} = "
-              f"{args.clusters * args.kinds * args.objects:,} objects in {time.monotonic() - t:.0f}s "
-              f"(kubesim RSS {memory_kb(kubesim.pid)[0] / 1024:,.0f} MB)", flush=True)
+        kubesim, info = start_seeded_kubesim(
+            tmp / "kc", "--clusters", str(args.clusters), "--kinds", str(args.kinds), "--objects", str(args.objects)
+        )
+        print(
+            f"kubesim seeded {args.clusters} x {args.kinds} x {args.objects} = "
+            f"{args.clusters * args.kinds * args.objects:,} objects in {time.monotonic() - t:.0f}s "
+            f"(kubesim RSS {memory_kb(kubesim.pid)[0] / 1024:,.0f} MB)",
+            flush=True,
+        )
         try:
-            results = {"no budget": run_agent(tmp, info, 0, 0, args.settle),
-                       f"budget {total}/{per_account}": run_agent(tmp, info, total, per_account, args.settle)}
+            results = {
+                "no budget": run_agent(tmp, info, 0, 0, args.settle),
+                f"budget {total}/{per_account}": run_agent(tmp, info, total, per_account, args.settle),
+            }
         finally:
             kubesim.terminate()
             kubesim.wait()
     print(f"agent memory, {args.clusters} accounts x {args.kinds} kinds x {args.objects} objects ({machine()})")
     for name, r in results.items():
-        print(f"  {name:14s} initial sync {r['synced_s']:6.1f}s  peak RSS {r['peak_mb']:6.0f} MB  "
-              f"steady RSS {r['steady_mb']:6.0f} MB  concurrent LISTs at most {r['lists_peak']}  "
-              f"events {r['events']:,}")
+        print(
+            f"  {name:14s} initial sync {r['synced_s']:6.1f}s  peak RSS {r['peak_mb']:6.0f} MB  "
+            f"steady RSS {r['steady_mb']:6.0f} MB  concurrent LISTs at most {r['lists_peak']}  "
+            f"events {r['events']:,}"
+        )
 
 
 if __name__ == "__main__":

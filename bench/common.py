@@ -12,13 +12,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def start_seeded_kubesim(kubeconfig_dir: Path, *args: str) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "seeded_kubesim.py"), "--kubeconfig-dir", str(kubeconfig_dir),
-                             *args], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "seeded_kubesim.py"), "--kubeconfig-dir", str(kubeconfig_dir), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if not line.startswith("ready "):
         proc.kill()
         raise RuntimeError(f"seeded kubesim failed to start: {line!r}")
-    return proc, json.loads(line[len("ready "):])
+    return proc, json.loads(line[len("ready ") :])
 
 
 def memory_kb(pid: int) -> tuple[int, int]:
@@ -36,7 +39,7 @@ def median(xs: list[float]) -> float:
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
-def run(main) -> None:  # noqa: ANN001 - a coroutine function
+def run(main) -> None:
     """Run a benchmark's main coroutine on uvloop, as the agent runs."""
     import asyncio
 

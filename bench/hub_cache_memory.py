@@ -38,15 +38,21 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine  # noqa: E402
+from common import machine
 
-from scaleagent.hub.cache import Cache  # noqa: E402
-from scaleagent.protocol.v1 import agent_pb2 as pb  # noqa: E402
+from scaleagent.hub.cache import Cache
+from scaleagent.protocol.v1 import agent_pb2 as pb
 
 KINDS = [  # (group, version, kind)
-    ("apps", "v1", "Deployment"), ("apps", "v1", "ReplicaSet"), ("", "v1", "Pod"), ("", "v1", "Service"),
-    ("", "v1", "ConfigMap"), ("", "v1", "Secret"), ("", "v1", "ServiceAccount"),
-    ("networking.k8s.io", "v1", "Ingress"), ("apps", "v1", "StatefulSet"),
+    ("apps", "v1", "Deployment"),
+    ("apps", "v1", "ReplicaSet"),
+    ("", "v1", "Pod"),
+    ("", "v1", "Service"),
+    ("", "v1", "ConfigMap"),
+    ("", "v1", "Secret"),
+    ("", "v1", "ServiceAccount"),
+    ("networking.k8s.io", "v1", "Ingress"),
+    ("apps", "v1", "StatefulSet"),
     ("autoscaling", "v2", "HorizontalPodAutoscaler"),
 ]
 BATCH = 1000
@@ -70,15 +76,21 @@ def settle(trim: bool) -> int:
     return rss_kb()
 
 
-def make_object(rnd: random.Random, group: str, version: str, kind: str, ns: str,
-                i: int) -> tuple[str, str, str, bytes]:
+def make_object(
+    rnd: random.Random, group: str, version: str, kind: str, ns: str, i: int
+) -> tuple[str, str, str, bytes]:
     """(namespace, name, resourceVersion, JSON) of one object, 1-3 KB, shaped like what a cluster serves."""
     app = f"app{rnd.randrange(60):02d}"
     stack = rnd.choice(["web", "api", "worker", "cron"])
     name = f"{app}-{stack}-{kind.lower()}-{i}"
     rv = str(next(_rv))
-    labels = {"app": app, "app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "spinnaker",
-              "team": f"team-{int(app[3:]) % 12}", "tier": stack}
+    labels = {
+        "app": app,
+        "app.kubernetes.io/name": app,
+        "app.kubernetes.io/managed-by": "spinnaker",
+        "team": f"team-{int(app[3:]) % 12}",
+        "tier": stack,
+    }
     annotations: dict[str, str] = {}
     if rnd.random() < 0.8:
         annotations["moniker.spinnaker.io/application"] = app
@@ -88,36 +100,78 @@ def make_object(rnd: random.Random, group: str, version: str, kind: str, ns: str
         annotations["artifact.spinnaker.io/location"] = ns
     if kind in ("Pod", "ReplicaSet"):
         labels["pod-template-hash"] = f"{rnd.getrandbits(40):010x}"
-    meta = {"name": name, "namespace": ns, "uid": str(uuid.UUID(int=rnd.getrandbits(128))), "resourceVersion": rv,
-            "generation": rnd.randrange(1, 20), "creationTimestamp": "2025-03-01T12:00:00Z", "labels": labels,
-            "annotations": annotations}
+    meta = {
+        "name": name,
+        "namespace": ns,
+        "uid": str(uuid.UUID(int=rnd.getrandbits(128))),
+        "resourceVersion": rv,
+        "generation": rnd.randrange(1, 20),
+        "creationTimestamp": "2025-03-01T12:00:00Z",
+        "labels": labels,
+        "annotations": annotations,
+    }
     if kind == "Pod":
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-{stack}-rs",
-                                    "uid": str(uuid.UUID(int=rnd.getrandbits(128))), "controller": True}]
-    container = {"name": stack, "image": f"registry.example.com/{app}/{stack}:1.{rnd.randrange(99)}.0",
-                 "ports": [{"containerPort": 8080, "protocol": "TCP"}],
-                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-                 "env": [{"name": f"SETTING_{k}", "value": f"value-{rnd.getrandbits(32):08x}"} for k in range(4)]}
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "name": f"{app}-{stack}-rs",
+                "uid": str(uuid.UUID(int=rnd.getrandbits(128))),
+                "controller": True,
+            }
+        ]
+    container = {
+        "name": stack,
+        "image": f"registry.example.com/{app}/{stack}:1.{rnd.randrange(99)}.0",
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "env": [{"name": f"SETTING_{k}", "value": f"value-{rnd.getrandbits(32):08x}"} for k in range(4)],
+    }
     obj: dict = {"apiVersion": f"{group}/{version}" if group else version, "kind": kind, "metadata": meta}
     if kind == "ConfigMap":
         obj["data"] = {}
     elif kind in ("Secret", "ServiceAccount"):
         pass  # metadata only (Secrets travel as PartialObjectMetadata)
     elif kind == "Service":
-        obj["spec"] = {"selector": {"app": app}, "ports": [{"port": 80, "targetPort": 8080}],
-                       "clusterIP": f"10.0.{rnd.randrange(255)}.{rnd.randrange(255)}", "type": "ClusterIP"}
+        obj["spec"] = {
+            "selector": {"app": app},
+            "ports": [{"port": 80, "targetPort": 8080}],
+            "clusterIP": f"10.0.{rnd.randrange(255)}.{rnd.randrange(255)}",
+            "type": "ClusterIP",
+        }
     elif kind in ("Ingress", "HorizontalPodAutoscaler"):
-        obj["spec"] = {"rules": [{"host": f"{app}.example.com", "http": {"paths": [
-            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": app, "port": {"number": 80}}}}]}}]}
+        obj["spec"] = {
+            "rules": [
+                {
+                    "host": f"{app}.example.com",
+                    "http": {
+                        "paths": [
+                            {
+                                "path": "/",
+                                "pathType": "Prefix",
+                                "backend": {"service": {"name": app, "port": {"number": 80}}},
+                            }
+                        ]
+                    },
+                }
+            ]
+        }
     elif kind == "Pod":
         obj["spec"] = {"containers": [container], "nodeName": f"node-{rnd.randrange(500)}", "restartPolicy": "Always"}
-        obj["status"] = {"phase": "Running", "podIP": f"10.1.{rnd.randrange(255)}.{rnd.randrange(255)}",
-                         "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2025-03-01T12:00:05Z"}
-                                        for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]}
+        obj["status"] = {
+            "phase": "Running",
+            "podIP": f"10.1.{rnd.randrange(255)}.{rnd.randrange(255)}",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2025-03-01T12:00:05Z"}
+                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ],
+        }
     else:
-        obj["spec"] = {"replicas": rnd.randrange(1, 6), "selector": {"matchLabels": {"app": app}},
-                       "template": {"metadata": {"labels": {"app": app, "tier": stack}},
-                                    "spec": {"containers": [container]}}}
+        obj["spec"] = {
+            "replicas": rnd.randrange(1, 6),
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app, "tier": stack}}, "spec": {"containers": [container]}},
+        }
         obj["status"] = {"replicas": 3, "readyReplicas": 3, "observedGeneration": 3}
     raw = orjson.dumps(obj)
     want = rnd.randrange(1000, 3000)
@@ -140,8 +194,18 @@ def snapshot_batches(objs: list[tuple[str, str, str, bytes]], group: str, versio
     """An all-namespaces snapshot of ``objs`` in EventBatch-sized pieces."""
     events = [pb.Event(type=pb.SNAPSHOT_BEGIN, group=group, version=version, kind=kind)]
     for ns, name, rv, raw in objs:
-        events.append(pb.Event(type=pb.ADDED, group=group, version=version, kind=kind, namespace=ns, name=name,
-                               resource_version=rv, object=raw))
+        events.append(
+            pb.Event(
+                type=pb.ADDED,
+                group=group,
+                version=version,
+                kind=kind,
+                namespace=ns,
+                name=name,
+                resource_version=rv,
+                object=raw,
+            )
+        )
         if len(events) == BATCH:
             yield wire(events)
             events = []
@@ -168,8 +232,10 @@ class GcWatch:
     def summary(self) -> str:
         if not self.pauses:
             return "no full collection"
-        return (f"{len(self.pauses)} full collections, {sum(self.pauses):.1f} s in all,"
-                f" longest {max(self.pauses) * 1000:,.0f} ms")
+        return (
+            f"{len(self.pauses)} full collections, {sum(self.pauses):.1f} s in all,"
+            f" longest {max(self.pauses) * 1000:,.0f} ms"
+        )
 
 
 def timed_apply(cache: Cache, account: str, batches: Iterable) -> float:
@@ -198,7 +264,7 @@ def main() -> None:
     watch = GcWatch()
     for a in range(args.accounts):
         account = f"account-{a:03d}"
-        for group, version, kind in KINDS[:args.kinds]:
+        for group, version, kind in KINDS[: args.kinds]:
             objs = [make_object(rnd, group, version, kind, f"ns-{i % args.namespaces}", i) for i in range(args.objects)]
             json_bytes += sum(len(o[3]) for o in objs)
             total += len(objs)
@@ -213,17 +279,27 @@ def main() -> None:
     avg = json_bytes / total
     target = 1.5 * avg + 300
     grow, grow_trim = (after - before) * 1024 / total, (after_trim - before_trim) * 1024 / total
-    print(f"hub cache, {args.accounts} accounts x {args.kinds} kinds x {args.objects} objects = {total:,} objects"
-          f" ({machine()})")
+    print(
+        f"hub cache, {args.accounts} accounts x {args.kinds} kinds x {args.objects} objects = {total:,} objects"
+        f" ({machine()})"
+    )
     print(f"  average object JSON     {avg:,.0f} B   (JSON held: {json_bytes / 2**20:,.0f} MiB)")
-    print(f"  RSS growth              {(after - before) / 1024:,.0f} MiB = {grow:,.0f} B/object"
-          f"  ({grow / avg:.2f} x JSON; overhead {grow - avg:,.0f} B/object)")
-    print(f"  after malloc_trim       {(after_trim - before_trim) / 1024:,.0f} MiB = {grow_trim:,.0f} B/object"
-          f"  ({grow_trim / avg:.2f} x JSON; overhead {grow_trim - avg:,.0f} B/object)")
-    print(f"  target 1.5 x JSON + 300 {target:,.0f} B/object -> RSS growth is {grow / target:.0%} of it"
-          f" ({grow_trim / target:.0%} after trim)")
-    print(f"  ingest                  {events / seconds:,.0f} events/s ({seconds / events * 1e6:.2f} µs/event,"
-          f" {seconds:.1f} s in apply)")
+    print(
+        f"  RSS growth              {(after - before) / 1024:,.0f} MiB = {grow:,.0f} B/object"
+        f"  ({grow / avg:.2f} x JSON; overhead {grow - avg:,.0f} B/object)"
+    )
+    print(
+        f"  after malloc_trim       {(after_trim - before_trim) / 1024:,.0f} MiB = {grow_trim:,.0f} B/object"
+        f"  ({grow_trim / avg:.2f} x JSON; overhead {grow_trim - avg:,.0f} B/object)"
+    )
+    print(
+        f"  target 1.5 x JSON + 300 {target:,.0f} B/object -> RSS growth is {grow / target:.0%} of it"
+        f" ({grow_trim / target:.0%} after trim)"
+    )
+    print(
+        f"  ingest                  {events / seconds:,.0f} events/s ({seconds / events * 1e6:.2f} µs/event,"
+        f" {seconds:.1f} s in apply)"
+    )
     print(f"  garbage collector       during the whole run (object generation included): {gc_summary}")
     start = time.perf_counter()
     gc.collect()
@@ -250,9 +326,11 @@ def resnapshot(cache: Cache, rnd: random.Random, n: int, namespaces: int) -> Non
         again.append((ns, name, rv, raw))
     took = timed_apply(cache, "big", snapshot_batches(again, group, version, kind))
     assert cache.counts("big")["Pod"] == n - len(gone), cache.counts("big")
-    print(f"  snapshot of {n:,} Pods into the populated cache: first {took_first * 1000:,.0f} ms;"
-          f" re-snapshot (98% unchanged, 1% changed, 1% swept) {took * 1000:,.0f} ms"
-          f" ({took / (len(again) + 2) * 1e6:.2f} µs/event)")
+    print(
+        f"  snapshot of {n:,} Pods into the populated cache: first {took_first * 1000:,.0f} ms;"
+        f" re-snapshot (98% unchanged, 1% changed, 1% swept) {took * 1000:,.0f} ms"
+        f" ({took / (len(again) + 2) * 1e6:.2f} µs/event)"
+    )
 
 
 if __name__ == "__main__":

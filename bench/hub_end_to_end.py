@@ -32,7 +32,6 @@ Figures are medians over the runs; ratios are of throughputs (objects per second
 from __future__ import annotations
 
 import argparse
-import asyncio
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import cpu_seconds, machine, median, run, start_seeded_kubesim  # noqa: E402
-from processes import Agent, Hub, get_json, make_pki  # noqa: E402
+from common import cpu_seconds, machine, median, run, start_seeded_kubesim
+from processes import Agent, Hub, get_json, make_pki
 
 PAGE = 500  # the agent's default kubernetes.pageSize
 POLL = 0.02  # seconds between reads of /api/v1/accounts
@@ -81,8 +80,11 @@ def baseline_child(how: str, kubeconfig: str, n: int, field_selector: str) -> No
 def kubernetes_client(how: str, kubeconfig: str, n: int, field_selector: str) -> tuple[float, float]:
     """Seconds from launch until the client holds every object, and the CPU seconds it used."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, __file__, "--baseline", how, kubeconfig, str(n), field_selector],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--baseline", how, kubeconfig, str(n), field_selector],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     elapsed = time.monotonic() - start
     proc.wait()
@@ -91,7 +93,7 @@ def kubernetes_client(how: str, kubeconfig: str, n: int, field_selector: str) ->
     return elapsed, float(line.split()[2])
 
 
-async def decode_only(client, n: int, field_selector: str, bulk: bool) -> tuple[float, float]:  # noqa: ANN001
+async def decode_only(client, n: int, field_selector: str, bulk: bool) -> tuple[float, float]:
     """Seconds to list and decode everything, and of those the seconds spent in orjson.loads.
 
     `bulk`: each page on a connection of its own that closes afterwards, as the agent's LIST pages
@@ -99,8 +101,11 @@ async def decode_only(client, n: int, field_selector: str, bulk: bool) -> tuple[
     seen, token, decoding = 0, "", 0.0
     start = time.perf_counter()
     while True:
-        params = {"limit": str(PAGE), **({"continue": token} if token else {}),
-                  **({"fieldSelector": field_selector} if field_selector else {})}
+        params = {
+            "limit": str(PAGE),
+            **({"continue": token} if token else {}),
+            **({"fieldSelector": field_selector} if field_selector else {}),
+        }
         async with client.stream("GET", "/api/v1/configmaps", params=params, bulk=bulk) as resp:
             raw = await resp.read()
         t = time.perf_counter()
@@ -119,8 +124,12 @@ async def decode_only(client, n: int, field_selector: str, bulk: bool) -> tuple[
 def agent_and_hub(tmp: Path, pki: dict, kubeconfig: str, n: int, i: int, omit: str, kubesim: int) -> dict[str, float]:
     hub = Hub(tmp, pki, name=f"hub-{i}")
     agent = None
-    account = {"name": "bench", "kubeConfigFile": kubeconfig, "kinds": ["ConfigMap"],
-               **({"omitNamespaces": [omit]} if omit else {})}
+    account = {
+        "name": "bench",
+        "kubeConfigFile": kubeconfig,
+        "kinds": ["ConfigMap"],
+        **({"omitNamespaces": [omit]} if omit else {}),
+    }
     try:
         cpu0 = {"hub": cpu_seconds(hub.pid), "kubesim": cpu_seconds(kubesim)}
         start, wall = time.monotonic(), time.time()
@@ -139,13 +148,22 @@ def agent_and_hub(tmp: Path, pki: dict, kubeconfig: str, n: int, i: int, omit: s
                 raise RuntimeError(f"the hub counts {count} of {n} objects; agent log: {agent.log[-10:]}")
             time.sleep(POLL)
         done = now - start
-        cpu = {"agent": cpu_seconds(agent.pid), "hub": cpu_seconds(hub.pid) - cpu0["hub"],
-               "kubesim": cpu_seconds(kubesim) - cpu0["kubesim"]}
+        cpu = {
+            "agent": cpu_seconds(agent.pid),
+            "hub": cpu_seconds(hub.pid) - cpu0["hub"],
+            "kubesim": cpu_seconds(kubesim) - cpu0["kubesim"],
+        }
         health_url, health_at = agent.wait_line_at(r"health on (http://\S+/health)")
         link = get_json(health_url.group(1))["hub"]
         events = next(a["events"] for a in get_json(f"{hub.url}/armory/agents"))
-        return {"total": done, "started": health_at - start, "connected": link["connectedSince"] - wall,
-                "first": first - start, "events": events, **{f"cpu {k}": v for k, v in cpu.items()}}
+        return {
+            "total": done,
+            "started": health_at - start,
+            "connected": link["connectedSince"] - wall,
+            "first": first - start,
+            "events": events,
+            **{f"cpu {k}": v for k, v in cpu.items()},
+        }
     finally:
         if agent is not None:
             agent.stop()
@@ -156,12 +174,20 @@ async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--objects", type=int, default=100_000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--omit-namespace", default="", metavar="NS",
-                   help="every consumer leaves out this namespace (the agent with omitNamespaces, the others with "
-                        "the same fieldSelector); kubesim then skips counting remainingItemCount on each page")
-    p.add_argument("--baseline", choices=["list", "watch", "none"], default="list",
-                   help="the official client's way in: paginated list (default), or watch.stream() from now, "
-                        "which is quadratic in the size of a chunk and does not finish at 100,000 objects on kubesim")
+    p.add_argument(
+        "--omit-namespace",
+        default="",
+        metavar="NS",
+        help="every consumer leaves out this namespace (the agent with omitNamespaces, the others with "
+        "the same fieldSelector); kubesim then skips counting remainingItemCount on each page",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=["list", "watch", "none"],
+        default="list",
+        help="the official client's way in: paginated list (default), or watch.stream() from now, "
+        "which is quadratic in the size of a chunk and does not finish at 100,000 objects on kubesim",
+    )
     args = p.parse_args()
 
     from scaleagent.kube.client import KubeClient
@@ -187,8 +213,10 @@ async def main() -> None:
             pooled: list[tuple[float, float]] = []
             kube: list[tuple[float, float]] = []
             for i in range(args.runs):
-                steps = [lambda: e2e.append(agent_and_hub(tmp, pki, kubeconfig, n, i, args.omit_namespace,
-                                                          kubesim.pid)), None]
+                steps = [
+                    lambda: e2e.append(agent_and_hub(tmp, pki, kubeconfig, n, i, args.omit_namespace, kubesim.pid)),  # noqa: B023
+                    None,
+                ]
                 if args.baseline != "none":
                     steps.append(lambda: kube.append(kubernetes_client(args.baseline, kubeconfig, n, selector)))
                 if i % 2:
@@ -199,9 +227,11 @@ async def main() -> None:
                         pooled.append(await decode_only(client, n, selector, bulk=False))
                     else:
                         step()
-                print(f"  run {i + 1}: agent + hub {e2e[-1]['total']:.2f}s, decode-only {decode[-1][0]:.2f}s "
-                      f"(pooled {pooled[-1][0]:.2f}s)" + (f", kubernetes client {kube[-1][0]:.2f}s" if kube else ""),
-                      flush=True)
+                print(
+                    f"  run {i + 1}: agent + hub {e2e[-1]['total']:.2f}s, decode-only {decode[-1][0]:.2f}s "
+                    f"(pooled {pooled[-1][0]:.2f}s)" + (f", kubernetes client {kube[-1][0]:.2f}s" if kube else ""),
+                    flush=True,
+                )
             await client.close()
         finally:
             kubesim.terminate()
@@ -213,19 +243,27 @@ async def main() -> None:
         print(f"  {name:18s} {m:6.2f} s  {n / m:>8,.0f} objects/s   (runs: {runs} s)  {note}")
         return m
 
-    print(f"hub end-to-end: {n:,} ConfigMaps in one account, median of {args.runs} runs ({machine()})"
-          + (f", every consumer with fieldSelector {selector}" if selector else ""))
+    print(
+        f"hub end-to-end: {n:,} ConfigMaps in one account, median of {args.runs} runs ({machine()})"
+        + (f", every consumer with fieldSelector {selector}" if selector else "")
+    )
     total = line("agent + hub", [r["total"] for r in e2e], "agent launch -> all objects counted by the hub")
     parts = {k: median([r[k] for r in e2e]) for k in ("started", "connected", "first")}
     from_link = line("  from link up", [r["total"] - r["connected"] for r in e2e], "hub link connected -> all counted")
-    print(f"  {'':18s} timeline: agent health port up {parts['started']:.2f} s, hub link connected "
-          f"{parts['connected']:.2f} s, first objects counted {parts['first']:.2f} s; "
-          f"events received by the hub {int(median([r['events'] for r in e2e])):,}")
-    print(f"  {'':18s} CPU seconds: " + ", ".join(f"{k[4:]} {median([r[k] for r in e2e]):.2f}"
-                                                   for k in ("cpu agent", "cpu hub", "cpu kubesim")))
+    print(
+        f"  {'':18s} timeline: agent health port up {parts['started']:.2f} s, hub link connected "
+        f"{parts['connected']:.2f} s, first objects counted {parts['first']:.2f} s; "
+        f"events received by the hub {int(median([r['events'] for r in e2e])):,}"
+    )
+    print(
+        f"  {'':18s} CPU seconds: "
+        + ", ".join(f"{k[4:]} {median([r[k] for r in e2e]):.2f}" for k in ("cpu agent", "cpu hub", "cpu kubesim"))
+    )
     bound = line("decode-only", [t for t, _ in decode], f"LIST pages of {PAGE} + orjson.loads, a connection per page")
-    print(f"  {'':18s} of which orjson.loads {median([x for _, x in decode]):.2f} s; "
-          "the rest is kubesim serving the pages")
+    print(
+        f"  {'':18s} of which orjson.loads {median([x for _, x in decode]):.2f} s; "
+        "the rest is kubesim serving the pages"
+    )
     line("  pooled", [t for t, _ in pooled], "the same on one kept-alive connection")
     print(f"  agent + hub / decode-only = {bound / total:.0%}   (from link up: {bound / from_link:.0%})")
     if kube:

@@ -36,13 +36,14 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import cpu_seconds, machine, machine_busy, percentiles, run, start_seeded_kubesim  # noqa: E402
-from processes import Agent, Hub, make_pki  # noqa: E402
+from common import cpu_seconds, machine, machine_busy, percentiles, run, start_seeded_kubesim
+from processes import Agent, Hub, make_pki
 
 NAMESPACE = "bench"  # where seeded_kubesim puts its objects
 
 
 # ---- the readers: `hub_latency.py --read sse URL` or `--read kube KUBECONFIG` -------------------------
+
 
 def reader(kind: str, target: str) -> None:
     """Follow one stream with a blocking socket in a thread; answer the parent on stdin/stdout.
@@ -60,7 +61,7 @@ def reader(kind: str, target: str) -> None:
     else:
         from scaleagent.kube.credentials import load_credentials
 
-        async def creds():  # noqa: ANN202
+        async def creds():
             c = await load_credentials(kubeconfig=Path(target))
             return c, await c.authorization()
 
@@ -115,8 +116,9 @@ def reader(kind: str, target: str) -> None:
 
 class Reader:
     def __init__(self, kind: str, target: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--read", kind, target], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--read", kind, target], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the {kind} reader did not start")
 
@@ -135,14 +137,22 @@ class Reader:
 
 # ---- the writer ---------------------------------------------------------------------------------------
 
-async def write(client, rate: float, warmup: float, seconds: float, objects: int,  # noqa: ANN001
-                connections: int) -> tuple[list[tuple[float, float, str]], int]:
+
+async def write(
+    client,
+    rate: float,
+    warmup: float,
+    seconds: float,
+    objects: int,
+    connections: int,
+) -> tuple[list[tuple[float, float, str]], int]:
     """PATCH ConfigMaps at `rate`/s: (sent, acknowledged, resourceVersion) of each measured write, and
     how many writes failed. The client's pool is opened first, as a long-running writer's would be."""
     from scaleagent.kube.errors import KubeError
 
-    await asyncio.gather(*(client.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/configmap-00000")
-                           for _ in range(connections)))
+    await asyncio.gather(
+        *(client.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/configmap-00000") for _ in range(connections))
+    )
     measured: list[tuple[float, float, str]] = []
     failed = 0
     first_measured = int(rate * warmup)
@@ -153,8 +163,9 @@ async def write(client, rate: float, warmup: float, seconds: float, objects: int
         sent = time.monotonic()
         try:
             path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/configmap-{i % objects:05d}"
-            obj = await client.request("PATCH", path, body={"data": {"seq": str(i)}},
-                                       content_type="application/merge-patch+json")
+            obj = await client.request(
+                "PATCH", path, body={"data": {"seq": str(i)}}, content_type="application/merge-patch+json"
+            )
         except KubeError:
             failed += 1
             return
@@ -173,7 +184,7 @@ async def write(client, rate: float, warmup: float, seconds: float, objects: int
     return measured, failed
 
 
-def wait_until(predicate, timeout: float, what: str) -> object:  # noqa: ANN001
+def wait_until(predicate, timeout: float, what: str) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():
@@ -210,15 +221,25 @@ async def main() -> None:
         try:
             hub = Hub(tmp, pki)
             agent = Agent(tmp, hub, pki, [{"name": "bench", "kubeConfigFile": kubeconfig, "kinds": ["ConfigMap"]}])
-            wait_until(lambda: any(a["name"] == "bench" and a["objects"] == args.objects
-                                   and a["agentState"] == "watching" for a in hub.get("/api/v1/accounts")),
-                       120, "synced account in the hub")
+            wait_until(
+                lambda: any(
+                    a["name"] == "bench" and a["objects"] == args.objects and a["agentState"] == "watching"
+                    for a in hub.get("/api/v1/accounts")
+                ),
+                120,
+                "synced account in the hub",
+            )
             readers["hub"] = Reader("sse", hub.url + "/api/v1/watch?account=bench&kind=ConfigMap")
             if not args.no_direct:
                 readers["kube"] = Reader("kube", kubeconfig)
             client = KubeClient(await load_credentials(kubeconfig=Path(kubeconfig)), limit=args.connections)
-            pids = {"kubesim": kubesim.pid, "agent": agent.pid, "hub": hub.pid, "writer": None,
-                    **{f"{k} reader": r.proc.pid for k, r in readers.items()}}
+            pids = {
+                "kubesim": kubesim.pid,
+                "agent": agent.pid,
+                "hub": hub.pid,
+                "writer": None,
+                **{f"{k} reader": r.proc.pid for k, r in readers.items()},
+            }
             cpu0 = {k: cpu_seconds(pid) if pid else time.process_time() for k, pid in pids.items()}
             busy0, t0 = machine_busy()[0], time.monotonic()
             writes, failed = await write(client, args.rate, args.warmup, args.seconds, args.objects, args.connections)
@@ -241,9 +262,11 @@ async def main() -> None:
 
     sent = [s for s, _, _ in writes]
     achieved = len(writes) / (max(sent) - min(sent))
-    print(f"hub latency: {len(writes):,} ConfigMap changes at {args.rate:,.0f}/s (sent at {achieved:,.0f}/s) over "
-          f"{args.objects:,} objects, agent -> hub over TLS ({machine()})"
-          + (f"; {failed} writes failed" if failed else ""))
+    print(
+        f"hub latency: {len(writes):,} ConfigMap changes at {args.rate:,.0f}/s (sent at {achieved:,.0f}/s) over "
+        f"{args.objects:,} objects, agent -> hub over TLS ({machine()})"
+        + (f"; {failed} writes failed" if failed else "")
+    )
     print(f"  {'write round trip':36s} {summary([(a - s) * 1000 for s, a, _ in writes])}")
     labels = {"kube": "ack -> direct kube watch (kubesim)", "hub": "ack -> hub SSE watch (agent + hub)"}
     for k in ("kube", "hub"):
@@ -251,14 +274,22 @@ async def main() -> None:
             continue
         lat = [(seen[k][rv] - a) * 1000 for _, a, rv in writes if rv in seen[k]]
         missing = len(writes) - len(lat)
-        print(f"  {labels[k]:36s} {summary(lat)}   missing {missing}"
-              + ("" if complete[k] else "  (the last write never appeared)"))
+        print(
+            f"  {labels[k]:36s} {summary(lat)}   missing {missing}"
+            + ("" if complete[k] else "  (the last write never appeared)")
+        )
     if "kube" in seen:
-        added = [(seen["hub"][rv] - seen["kube"][rv]) * 1000 for _, _, rv in writes
-                 if rv in seen["hub"] and rv in seen["kube"]]
+        added = [
+            (seen["hub"][rv] - seen["kube"][rv]) * 1000
+            for _, _, rv in writes
+            if rv in seen["hub"] and rv in seen["kube"]
+        ]
         print(f"  {'added by agent + hub (same change)':36s} {summary(added)}")
-    print("  CPU during the writes (100% = one core): " + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
-          + f"; whole machine {busy:.0%}, of which other processes {max(0.0, busy - sum(cpu.values())):.0%}")
+    print(
+        "  CPU during the writes (100% = one core): "
+        + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
+        + f"; whole machine {busy:.0%}, of which other processes {max(0.0, busy - sum(cpu.values())):.0%}"
+    )
 
 
 if __name__ == "__main__":

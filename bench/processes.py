@@ -21,8 +21,14 @@ class Proc:
 
     def __init__(self, args: list[str], cwd: Path = ROOT) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "scaleagent.cli", "--log-level", "WARNING", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scaleagent.cli", "--log-level", "WARNING", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            env=env,
+        )
         self.pid = self.proc.pid
         self.log: list[str] = []
         self.times: list[float] = []  # time.monotonic() when each log line arrived
@@ -85,10 +91,15 @@ class Hub(Proc):
         import yaml
 
         config = tmp / f"{name}.yaml"
-        config.write_text(yaml.safe_dump({
-            "server": {"grpcPort": 0, "httpPort": 0},
-            "tls": {"certFile": str(pki["cert"]), "keyFile": str(pki["key"])},
-            "database": {"url": f"sqlite:///{tmp / (name + '.db')}"}}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "server": {"grpcPort": 0, "httpPort": 0},
+                    "tls": {"certFile": str(pki["cert"]), "keyFile": str(pki["key"])},
+                    "database": {"url": f"sqlite:///{tmp / (name + '.db')}"},
+                }
+            )
+        )
         super().__init__(["hub", "--config", str(config)])
         m = self.wait_line(r"gRPC on \S+:(\d+), HTTP on (http://\S+)")
         self.grpc_port, self.url = int(m.group(1)), m.group(2)
@@ -104,12 +115,16 @@ class Agent(Proc):
         import yaml
 
         config = tmp / f"{name}.yaml"
-        config.write_text(yaml.safe_dump({
-            "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 600},
-            "server": {"port": 0},
-            "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki["ca"])}}}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 600},
+                    "server": {"port": 0},
+                    "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki["ca"])}},
+                }
+            )
+        )
         super().__init__(["agent", "--config", str(config)])
-
 
 
 def get_json(url: str, timeout: float = 30.0) -> object:

@@ -22,40 +22,87 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import run  # noqa: E402
+from common import run
 
-from scaleagent.kubesim.churn import Churn  # noqa: E402
-from scaleagent.kubesim.cluster import now_rfc3339  # noqa: E402
-from scaleagent.kubesim.simulator import Simulator  # noqa: E402
-from scaleagent.kubesim.store import ADDED  # noqa: E402
+from scaleagent.kubesim.churn import Churn
+from scaleagent.kubesim.cluster import now_rfc3339
+from scaleagent.kubesim.simulator import Simulator
+from scaleagent.kubesim.store import ADDED
 
 NAMESPACE = "bench"
 LABELS = {"app.kubernetes.io/name": "bench", "app.kubernetes.io/managed-by": "spinnaker"}
 ANNOTATIONS = {"moniker.spinnaker.io/application": "bench", "moniker.spinnaker.io/cluster": "deployment bench"}
-CONTAINERS = [{"name": "app", "image": "registry.example.com/team/app:1.2.3", "ports": [{"containerPort": 8080}],
-               "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(5)],
-               "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]
+CONTAINERS = [
+    {
+        "name": "app",
+        "image": "registry.example.com/team/app:1.2.3",
+        "ports": [{"containerPort": 8080}],
+        "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(5)],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+    }
+]
 TEMPLATE = {"metadata": {"labels": {"app": "bench"}}, "spec": {"containers": CONTAINERS}}
 
 # Ten kinds, each with a body the size of a typical object of that kind (0.5 to 2 KB of JSON).
 KINDS = [
     ("/configmaps", "v1", "ConfigMap", lambda i: {"data": {"config.yaml": f"key: {i}\n" * 20}}),
     ("/secrets", "v1", "Secret", lambda i: {"type": "Opaque", "data": {"password": "c2VjcmV0" * 8}}),
-    ("/services", "v1", "Service", lambda i: {"spec": {"type": "ClusterIP", "clusterIP": f"10.0.{i // 250}.{i % 250}",
-                                                       "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
-                                                       "selector": {"app": "bench"}}}),
+    (
+        "/services",
+        "v1",
+        "Service",
+        lambda i: {
+            "spec": {
+                "type": "ClusterIP",
+                "clusterIP": f"10.0.{i // 250}.{i % 250}",
+                "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}],
+                "selector": {"app": "bench"},
+            }
+        },
+    ),
     ("/serviceaccounts", "v1", "ServiceAccount", lambda i: {"secrets": [{"name": f"sa-{i}-token"}]}),
-    ("/pods", "v1", "Pod", lambda i: {"spec": {"containers": CONTAINERS, "nodeName": "node-1"},
-                                      "status": {"phase": "Running", "podIP": "10.244.0.1"}}),
-    ("apps/deployments", "apps/v1", "Deployment", lambda i: {"spec": {"replicas": 2, "selector": {
-        "matchLabels": {"app": "bench"}}, "template": TEMPLATE}, "status": {"replicas": 2, "readyReplicas": 2}}),
-    ("apps/replicasets", "apps/v1", "ReplicaSet", lambda i: {"spec": {"replicas": 2, "selector": {
-        "matchLabels": {"app": "bench"}}, "template": TEMPLATE}, "status": {"replicas": 2}}),
+    (
+        "/pods",
+        "v1",
+        "Pod",
+        lambda i: {
+            "spec": {"containers": CONTAINERS, "nodeName": "node-1"},
+            "status": {"phase": "Running", "podIP": "10.244.0.1"},
+        },
+    ),
+    (
+        "apps/deployments",
+        "apps/v1",
+        "Deployment",
+        lambda i: {
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "bench"}}, "template": TEMPLATE},
+            "status": {"replicas": 2, "readyReplicas": 2},
+        },
+    ),
+    (
+        "apps/replicasets",
+        "apps/v1",
+        "ReplicaSet",
+        lambda i: {
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "bench"}}, "template": TEMPLATE},
+            "status": {"replicas": 2},
+        },
+    ),
     ("batch/jobs", "batch/v1", "Job", lambda i: {"spec": {"template": TEMPLATE}, "status": {"succeeded": 1}}),
-    ("/endpoints", "v1", "Endpoints", lambda i: {"subsets": [{"addresses": [{"ip": "10.244.0.1"}],
-                                                              "ports": [{"port": 8080}]}]}),
-    ("rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/v1", "Role", lambda i: {"rules": [
-        {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}]}),
+    (
+        "/endpoints",
+        "v1",
+        "Endpoints",
+        lambda i: {"subsets": [{"addresses": [{"ip": "10.244.0.1"}], "ports": [{"port": 8080}]}]},
+    ),
+    (
+        "rbac.authorization.k8s.io/roles",
+        "rbac.authorization.k8s.io/v1",
+        "Role",
+        lambda i: {
+            "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}]
+        },
+    ),
 ]
 
 
@@ -64,10 +111,19 @@ def seed(cluster, kinds: int, objects: int) -> None:
     now = now_rfc3339()
     for resource, api_version, kind, body in KINDS[:kinds]:
         for i in range(objects):
-            obj = {"apiVersion": api_version, "kind": kind,
-                   "metadata": {"name": f"{kind.lower()}-{i:05d}", "namespace": NAMESPACE, "uid": str(uuid.uuid4()),
-                                "creationTimestamp": now, "labels": LABELS, "annotations": ANNOTATIONS},
-                   **body(i)}
+            obj = {
+                "apiVersion": api_version,
+                "kind": kind,
+                "metadata": {
+                    "name": f"{kind.lower()}-{i:05d}",
+                    "namespace": NAMESPACE,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": now,
+                    "labels": LABELS,
+                    "annotations": ANNOTATIONS,
+                },
+                **body(i),
+            }
             cluster.store.commit(resource, ADDED, obj, None)
 
 
@@ -80,13 +136,16 @@ async def main() -> None:
     p.add_argument("--kubeconfig-dir", type=Path, required=True)
     args = p.parse_args()
     history = max(10_000, args.backlog + 1000)
-    sim = Simulator(clusters=args.clusters, history=history, watch_queue=max(10_000, args.backlog + 1000),
-                    run_controllers=False)
+    sim = Simulator(
+        clusters=args.clusters, history=history, watch_queue=max(10_000, args.backlog + 1000), run_controllers=False
+    )
     await sim.start()
     for m in sim.members:
         seed(m.cluster, min(args.kinds, len(KINDS)), args.objects)
-    info = {"kubeconfigs": [str(a) for a, _ in sim.write_kubeconfigs(args.kubeconfig_dir)],
-            "kinds": [k for _, _, k, _ in KINDS[: args.kinds]]}
+    info = {
+        "kubeconfigs": [str(a) for a, _ in sim.write_kubeconfigs(args.kubeconfig_dir)],
+        "kinds": [k for _, _, k, _ in KINDS[: args.kinds]],
+    }
     if args.backlog:
         churn = Churn(sim.members[0].cluster, rate=0, deployment_share=0.0, population=1000, seed=1)
         churn.ensure_namespace()

@@ -27,12 +27,12 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median, run, start_seeded_kubesim  # noqa: E402
+from common import machine, median, run, start_seeded_kubesim
 
-from scaleagent.kube.client import KubeClient  # noqa: E402
-from scaleagent.kube.credentials import load_credentials  # noqa: E402
-from scaleagent.kube.discovery import KindInfo  # noqa: E402
-from scaleagent.kube.reflector import Reflector  # noqa: E402
+from scaleagent.kube.client import KubeClient
+from scaleagent.kube.credentials import load_credentials
+from scaleagent.kube.discovery import KindInfo
+from scaleagent.kube.reflector import Reflector
 
 CONFIGMAPS = KindInfo("", "v1", "ConfigMap", "configmaps", True)
 

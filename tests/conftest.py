@@ -18,8 +18,8 @@ from scaleagent.hub.store.models import VERSION_TABLE, Account, Credentials
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name  # noqa: E402
-from helpers import KubesimProcess, start_kubesim  # noqa: E402
+from databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name
+from helpers import KubesimProcess, start_kubesim
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 

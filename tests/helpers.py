@@ -79,8 +79,12 @@ class KubesimProcess:
 
 def start_kubesim(kubeconfig_dir: Path, *args: str) -> KubesimProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*CLI, "kubesim", "--kubeconfig-dir", str(kubeconfig_dir), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [*CLI, "kubesim", "--kubeconfig-dir", str(kubeconfig_dir), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     try:
         lines = read_until(proc, r"kubesim: ready")
     except BaseException:
@@ -93,15 +97,21 @@ def start_kubesim(kubeconfig_dir: Path, *args: str) -> KubesimProcess:
 class AgentProcess:
     """`scale-agent agent` with its event lines (`--print-events`) or its log collected as they arrive."""
 
-    def __init__(self, config_path: Path, extra_env: dict[str, str] | None = None, *, print_events: bool = True) -> None:
+    def __init__(
+        self, config_path: Path, extra_env: dict[str, str] | None = None, *, print_events: bool = True
+    ) -> None:
         import json
         import threading
 
         self._json = json
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         mode = ["--print-events"] if print_events else []
-        self.proc = subprocess.Popen([*CLI, "--log-level", "DEBUG", "agent", "--config", str(config_path), *mode],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(
+            [*CLI, "--log-level", "DEBUG", "agent", "--config", str(config_path), *mode],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         self.events: list[dict] = []
         self.stderr: list[str] = []
         self._new = threading.Condition()
@@ -151,8 +161,9 @@ class AgentProcess:
                         return line
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"no {what} ({pattern!r}) within {timeout}s; agent log:\n"
-                                       + "\n".join(self.stderr[-20:]))
+                    raise TimeoutError(
+                        f"no {what} ({pattern!r}) within {timeout}s; agent log:\n" + "\n".join(self.stderr[-20:])
+                    )
                 self._new.wait(remaining)
 
     def count(self, predicate) -> int:
@@ -308,8 +319,12 @@ class HubProcess:
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         config = ["--config", str(config_path)] if config_path else []
-        self.proc = subprocess.Popen([*CLI, "--log-level", "DEBUG", "hub", *config, *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        self.proc = subprocess.Popen(
+            [*CLI, "--log-level", "DEBUG", "hub", *config, *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
         self.log: list[str] = []
         self._new = threading.Condition()
         threading.Thread(target=self._read_log, daemon=True).start()
@@ -335,7 +350,9 @@ class HubProcess:
                         return line
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"no {what} ({pattern!r}) within {timeout}s; hub log:\n" + "\n".join(self.log[-20:]))
+                    raise TimeoutError(
+                        f"no {what} ({pattern!r}) within {timeout}s; hub log:\n" + "\n".join(self.log[-20:])
+                    )
                 self._new.wait(remaining)
 
     def get(self, path: str, timeout: float = 10.0) -> tuple[int, object]:
@@ -354,8 +371,9 @@ class HubProcess:
         import urllib.error
         import urllib.request
 
-        request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as r:
                 return r.status, json.loads(r.read())
@@ -392,8 +410,10 @@ class HubProcess:
                 break
             with self._new:
                 self._new.wait(0.05)
-        raise TimeoutError(f"no {what} at {path} within {timeout}s; last answer: {str(doc)[:2000]}\nhub log:\n"
-                           + "\n".join(self.log[-20:]))
+        raise TimeoutError(
+            f"no {what} at {path} within {timeout}s; last answer: {str(doc)[:2000]}\nhub log:\n"
+            + "\n".join(self.log[-20:])
+        )
 
     def objects(self, account: str, query: str = "") -> list[dict]:
         return self.json(f"/api/v1/accounts/{account}/objects{query}")["items"]  # type: ignore[index]
@@ -424,14 +444,27 @@ def make_hub_pki(directory: Path) -> HubPki:
     client = ca.issue_cert("agent.scale-agent.test")
     stranger = other.issue_cert("agent.scale-agent.test")
     files = {}
-    for name, blob in (("ca.pem", ca.cert_pem), ("hub.pem", server.cert_chain_pems[0]),
-                       ("hub-key.pem", server.private_key_pem), ("agent.pem", client.cert_chain_pems[0]),
-                       ("agent-key.pem", client.private_key_pem), ("stranger.pem", stranger.cert_chain_pems[0]),
-                       ("stranger-key.pem", stranger.private_key_pem)):
+    for name, blob in (
+        ("ca.pem", ca.cert_pem),
+        ("hub.pem", server.cert_chain_pems[0]),
+        ("hub-key.pem", server.private_key_pem),
+        ("agent.pem", client.cert_chain_pems[0]),
+        ("agent-key.pem", client.private_key_pem),
+        ("stranger.pem", stranger.cert_chain_pems[0]),
+        ("stranger-key.pem", stranger.private_key_pem),
+    ):
         files[name] = directory / name
         blob.write_to_path(str(files[name]))
-    return HubPki(directory, files["ca.pem"], files["hub.pem"], files["hub-key.pem"], files["agent.pem"],
-                  files["agent-key.pem"], files["stranger.pem"], files["stranger-key.pem"])
+    return HubPki(
+        directory,
+        files["ca.pem"],
+        files["hub.pem"],
+        files["hub-key.pem"],
+        files["agent.pem"],
+        files["agent-key.pem"],
+        files["stranger.pem"],
+        files["stranger-key.pem"],
+    )
 
 
 def write_yaml(path: Path, doc: dict) -> Path:
@@ -453,14 +486,31 @@ def tls_hub(directory: Path, **config: object) -> tuple[HubProcess, HubPki]:
     """A hub over TLS on free ports with its database in `directory`; `config` adds or replaces
     top-level sections of its configuration."""
     pki = make_hub_pki(directory)
-    doc = {"server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
-           "database": {"url": f"sqlite:///{directory / 'hub.db'}"}, **config}
+    doc = {
+        "server": {"grpcPort": 0, "httpPort": 0},
+        "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+        "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
+        **config,
+    }
     return HubProcess(write_yaml(directory / "hub.yaml", doc)), pki
 
 
-def agent_of(hub: HubProcess, pki: HubPki, directory: Path, accounts: list[dict], **clouddriver: object) -> AgentProcess:
+def agent_of(
+    hub: HubProcess, pki: HubPki, directory: Path, accounts: list[dict], **clouddriver: object
+) -> AgentProcess:
     """An agent following `accounts`, connected to `hub` over TLS; `clouddriver` adds settings."""
-    return AgentProcess(write_yaml(directory / "agent.yaml", {
-        "kubernetes": {"accounts": accounts}, "server": {"port": 0},
-        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}, **clouddriver}}),
-        print_events=False)
+    return AgentProcess(
+        write_yaml(
+            directory / "agent.yaml",
+            {
+                "kubernetes": {"accounts": accounts},
+                "server": {"port": 0},
+                "clouddriver": {
+                    "grpc": f"localhost:{hub.grpc_port}",
+                    "tls": {"cacertFile": str(pki.ca)},
+                    **clouddriver,
+                },
+            },
+        ),
+        print_events=False,
+    )

@@ -208,7 +208,7 @@ class ConfigModel(BaseModel):
                 continue
             if data[key] is None and _null_means_default(cls, name):
                 del data[key]
-        for name, model_field in cls.model_fields.items():
+        for model_field in cls.model_fields.values():
             given = [k for k in _keys_of(model_field) if k in data]
             if len(given) > 1:
                 raise invalid(f"the same setting as {given[0]!r} (another spelling); give it only once", given[1])
@@ -303,11 +303,16 @@ class ConfigFormat(Generic[M]):
         each message. Raises ConfigError."""
         return self._validate(data, source, {}, Path(os.path.abspath(base_dir if base_dir is not None else Path.cwd())))
 
-    def _validate(self, data: dict[str, Any], source: str, origins: Mapping[tuple[str | int, ...], str],
-                  base_dir: Path) -> M:
+    def _validate(
+        self, data: dict[str, Any], source: str, origins: Mapping[tuple[str | int, ...], str], base_dir: Path
+    ) -> M:
         ignored: list[str] = []
-        context = {_CONTEXT_BASE_DIR: base_dir, _CONTEXT_FROM_TEXT: True, _CONTEXT_IGNORED: ignored,
-                   _CONTEXT_ROOT: self.root}
+        context = {
+            _CONTEXT_BASE_DIR: base_dir,
+            _CONTEXT_FROM_TEXT: True,
+            _CONTEXT_IGNORED: ignored,
+            _CONTEXT_ROOT: self.root,
+        }
         try:
             config = self.root.model_validate(data, context=context)
         except ValidationError as e:
@@ -329,13 +334,15 @@ class ConfigFormat(Generic[M]):
             and not var.startswith(self.non_config_env_prefixes)
         )
 
-    def _apply_env(self, data: dict[str, Any], environ: Mapping[str, str]) -> tuple[dict[tuple[str | int, ...], str], list[str]]:
+    def _apply_env(
+        self, data: dict[str, Any], environ: Mapping[str, str]
+    ) -> tuple[dict[tuple[str | int, ...], str], list[str]]:
         """Set the override variables' values into `data`; returns {key path: origin} and the problems."""
         origins: dict[tuple[str | int, ...], str] = {}
         problems: list[str] = []
         for var in sorted(filter(self._is_config_var, environ)):
             where = f"environment variable {var}"
-            segments = var[len(self.env_prefix):].split("__")
+            segments = var[len(self.env_prefix) :].split("__")
             if not all(segments):
                 problems.append(
                     f"{where}: not a key path: levels are separated by exactly two underscores, "
@@ -349,8 +356,9 @@ class ConfigFormat(Generic[M]):
                 origins[loc] = where
         return origins, problems
 
-    def _set_from_env(self, data: dict[str, Any], segments: list[str], var: str,
-                      raw: str) -> tuple[tuple[str, ...] | None, str | None]:
+    def _set_from_env(
+        self, data: dict[str, Any], segments: list[str], var: str, raw: str
+    ) -> tuple[tuple[str, ...] | None, str | None]:
         """Follow `segments` down the models and set the value; (key path, None) or (None, problem)."""
         model: type[BaseModel] = self.root
         container: dict[str, Any] | None = data
@@ -668,7 +676,9 @@ class _Loader(yaml.SafeLoader):
                 continue
             if earlier is not None:
                 first = earlier.start_mark.line + 1
-                raise _DuplicateKeyError(None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark)
+                raise _DuplicateKeyError(
+                    None, None, f"duplicate key {key!r} (first at line {first})", key_node.start_mark
+                )
             seen[(type(key), key)] = key_node
         return super().construct_mapping(node, deep=deep)
 
@@ -681,7 +691,7 @@ def _read_yaml(source: str, text: str) -> dict[str, Any]:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; refusing to read it")
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_Loader)
         if data is None:
             data = {}
         if not isinstance(data, dict):

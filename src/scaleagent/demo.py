@@ -12,9 +12,9 @@ import contextlib
 import re
 import signal
 import sys
-from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -22,15 +22,24 @@ CLUSTERS = 3
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run kubesim (3 clusters), a hub and an agent together",
-                       description="Start three simulated clusters with churn, a hub (SQLite, TLS) and an agent "
-                                   "following all three; print where to look. Ctrl-C stops everything.")
-    p.add_argument("--dir", type=Path, default=Path(".scale-agent-demo"), metavar="DIR",
-                   help="where kubeconfigs, certificates, the database and logs go (default .scale-agent-demo)")
+    p = sub.add_parser(
+        "demo",
+        help="run kubesim (3 clusters), a hub and an agent together",
+        description="Start three simulated clusters with churn, a hub (SQLite, TLS) and an agent "
+        "following all three; print where to look. Ctrl-C stops everything.",
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(".scale-agent-demo"),
+        metavar="DIR",
+        help="where kubeconfigs, certificates, the database and logs go (default .scale-agent-demo)",
+    )
     p.add_argument("--grpc-port", type=int, default=9091, metavar="PORT", help="hub gRPC port (default 9091)")
     p.add_argument("--http-port", type=int, default=7002, metavar="PORT", help="hub HTTP port (default 7002)")
-    p.add_argument("--churn", type=float, default=5.0, metavar="RATE",
-                   help="object changes per second per cluster (default 5)")
+    p.add_argument(
+        "--churn", type=float, default=5.0, metavar="RATE", help="object changes per second per cluster (default 5)"
+    )
     p.set_defaults(func=run)
 
 
@@ -84,13 +93,33 @@ class Demo:
 
     async def _start(self) -> tuple[str, str, str] | None:
         kube_dir = self.dir / "kubesim"
-        kubesim = await self._spawn("kubesim", ["kubesim", "--clusters", str(CLUSTERS), "--churn", str(self.args.churn),
-                                                "--kubeconfig-dir", str(kube_dir)])
+        kubesim = await self._spawn(
+            "kubesim",
+            [
+                "kubesim",
+                "--clusters",
+                str(CLUSTERS),
+                "--churn",
+                str(self.args.churn),
+                "--kubeconfig-dir",
+                str(kube_dir),
+            ],
+        )
         if await self._ready(kubesim, r"kubesim: ready") is None:
             return None
         hub_config = self._write_hub_config()
-        hub = await self._spawn("hub", ["hub", "--config", str(hub_config), "--grpc-port", str(self.args.grpc_port),
-                                        "--http-port", str(self.args.http_port)])
+        hub = await self._spawn(
+            "hub",
+            [
+                "hub",
+                "--config",
+                str(hub_config),
+                "--grpc-port",
+                str(self.args.grpc_port),
+                "--http-port",
+                str(self.args.http_port),
+            ],
+        )
         line = await self._ready(hub, r"gRPC on \S+, HTTP on http://\S+")
         if line is None:
             return None
@@ -117,17 +146,24 @@ class Demo:
             cert.cert_chain_pems[0].write_to_path(str(pki / "hub.pem"))
             cert.private_key_pem.write_to_path(str(pki / "hub-key.pem"))
             (pki / "hub-key.pem").chmod(0o600)
-        doc = {"tls": {"certFile": str(pki / "hub.pem"), "keyFile": str(pki / "hub-key.pem")},
-               "database": {"url": f"sqlite:///{self.dir / 'hub.db'}"}, "sessions": {"graceSeconds": 30}}
+        doc = {
+            "tls": {"certFile": str(pki / "hub.pem"), "keyFile": str(pki / "hub-key.pem")},
+            "database": {"url": f"sqlite:///{self.dir / 'hub.db'}"},
+            "sessions": {"graceSeconds": 30},
+        }
         path = self.dir / "hub.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
 
     def _write_agent_config(self, kube_dir: Path, grpc_port: str) -> Path:
-        accounts = [{"name": f"cluster-{i}", "kubeConfigFile": str(kube_dir / f"kubesim-{i}.yaml")}
-                    for i in range(CLUSTERS)]
-        doc = {"kubernetes": {"accounts": accounts}, "server": {"port": 0},
-               "clouddriver": {"grpc": f"localhost:{grpc_port}", "tls": {"cacertFile": str(self.dir / "pki" / "ca.pem")}}}
+        accounts = [
+            {"name": f"cluster-{i}", "kubeConfigFile": str(kube_dir / f"kubesim-{i}.yaml")} for i in range(CLUSTERS)
+        ]
+        doc = {
+            "kubernetes": {"accounts": accounts},
+            "server": {"port": 0},
+            "clouddriver": {"grpc": f"localhost:{grpc_port}", "tls": {"cacertFile": str(self.dir / "pki" / "ca.pem")}},
+        }
         path = self.dir / "agent.yml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
@@ -135,8 +171,14 @@ class Demo:
     async def _spawn(self, name: str, args: list[str]) -> Child:
         log = self.dir / "logs" / f"{name}.log"
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "scaleagent.cli", *args, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)  # Ctrl-C reaches the demo only: it stops them in order
+            sys.executable,
+            "-m",
+            "scaleagent.cli",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )  # Ctrl-C reaches the demo only: it stops them in order
         child = Child(name, proc, log)
         self.children.append(child)
         print(f"started {name} (pid {proc.pid}), log: {log}", file=sys.stderr)
@@ -162,7 +204,7 @@ class Demo:
                 child.proc.send_signal(signal.SIGTERM)
                 try:
                     await asyncio.wait_for(child.proc.wait(), 20)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     child.proc.kill()
                     await child.proc.wait()
             if child.pump is not None:
@@ -178,14 +220,15 @@ class Demo:
     def _print_welcome(self, http: str, grpc_target: str, health: str) -> None:
         example = self._write_example()
         cli = f"{Path(sys.executable).parent / 'scale-agent'}"
-        print(f"""
+        print(
+            f"""
 Scale Agent demo is running: 3 simulated clusters -> 1 agent -> 1 hub.
 
   hub HTTP API      {http}        (OpenAPI docs: {http}/docs)
   hub gRPC (TLS)    {grpc_target}
   agent health      {health}/health
-  kubeconfigs       {self.dir / 'kubesim'}/kubesim-{{0,1,2}}.yaml
-  logs              {self.dir / 'logs'}/
+  kubeconfigs       {self.dir / "kubesim"}/kubesim-{{0,1,2}}.yaml
+  logs              {self.dir / "logs"}/
 
 Try:
   curl -s {http}/armory/agents
@@ -193,7 +236,7 @@ Try:
   curl -s '{http}/api/v1/accounts/cluster-0/objects?kind=Deployment'
   curl -s '{http}/api/v1/accounts/cluster-1/objects?kind=pod&namespace=default&labelSelector=app'
   curl -sN '{http}/api/v1/watch?kind=Deployment'        # every change, all clusters (Ctrl-C to stop)
-  kubectl --kubeconfig {self.dir / 'kubesim'}/kubesim-0.yaml get deployments -A
+  kubectl --kubeconfig {self.dir / "kubesim"}/kubesim-0.yaml get deployments -A
 
 Deploy through the hub (the agent applies it; the task completes once the hub's cache shows it):
   {cli} apply -f {example} --account cluster-1 --hub {http}
@@ -201,7 +244,9 @@ Deploy through the hub (the agent applies it; the task completes once the hub's 
   {cli} delete -f {example} --account cluster-1 --hub {http}
 
 Ctrl-C stops everything.
-""", flush=True)
+""",
+            flush=True,
+        )
 
 
 HELLO_MANIFEST = """\
@@ -248,5 +293,6 @@ async def _pump(child: Child, pattern: str, found: asyncio.Future[str]) -> None:
                 if re.search(pattern, line):
                     found.set_result(line)
     if not found.done():
-        found.set_exception(DemoFailed(f"{child.name} exited ({await child.proc.wait()}) before it was ready; "
-                                       f"see {child.log}"))
+        found.set_exception(
+            DemoFailed(f"{child.name} exited ({await child.proc.wait()}) before it was ready; see {child.log}")
+        )

@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import HubPki, HubProcess, write_yaml  # noqa: E402
+from helpers import HubPki, HubProcess, write_yaml
 
 Key = tuple[str, str, str, str, str]  # kind, namespace, name, uid, resourceVersion
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -31,8 +32,15 @@ def create_configmaps(kubeconfig: Path, namespace: str, count: int, *, padding: 
     """The namespace and `count` ConfigMaps in it (`padding` bytes more each), in one `kubectl
     create` of a List: thousands in a few seconds."""
     docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
-    docs += [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace},
-              "data": {"i": str(i), **({"pad": "x" * padding} if padding else {})}} for i in range(count)]
+    docs += [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"cm-{i}", "namespace": namespace},
+            "data": {"i": str(i), **({"pad": "x" * padding} if padding else {})},
+        }
+        for i in range(count)
+    ]
     kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
 
 
@@ -43,8 +51,11 @@ def _key(kind: str, item: dict) -> Key:
 
 def cluster_state(kubeconfig: Path, kinds: list[str]) -> set[Key]:
     """The cluster's own objects, read directly with its admin kubeconfig."""
-    return {_key(kind, item) for kind in kinds
-            for item in json.loads(kubectl(kubeconfig, "get", kind, "-A", "-o", "json"))["items"]}
+    return {
+        _key(kind, item)
+        for kind in kinds
+        for item in json.loads(kubectl(kubeconfig, "get", kind, "-A", "-o", "json"))["items"]
+    }
 
 
 def hub_state(hub: HubProcess, account: str, kinds: list[str]) -> set[Key]:
@@ -63,8 +74,10 @@ def differences(want: set[Key], have: set[Key]) -> str:
     names = lambda keys: {k[:3] for k in keys}  # noqa: E731
     lost, phantom = names(want) - names(have), names(have) - names(want)
     stale = {k for k in want - have if k[:3] in names(have)}
-    return (f"{len(lost)} lost {sorted(lost)[:5]}, {len(phantom)} phantom {sorted(phantom)[:5]}, "
-            f"{len(stale)} stale {sorted(stale)[:5]}")
+    return (
+        f"{len(lost)} lost {sorted(lost)[:5]}, {len(phantom)} phantom {sorted(phantom)[:5]}, "
+        f"{len(stale)} stale {sorted(stale)[:5]}"
+    )
 
 
 def converge(hub: HubProcess, account: str, kubeconfig: Path, kinds: list[str], bound: float) -> float:
@@ -75,8 +88,10 @@ def converge(hub: HubProcess, account: str, kubeconfig: Path, kinds: list[str], 
         if want == have:
             return time.monotonic() - start
         if time.monotonic() - start > bound:
-            pytest.fail(f"not converged after {bound:g}s: {differences(want, have)}\nhub log:\n"
-                        + "\n".join([line for line in hub.log if " DEBUG " not in line][-15:]))
+            pytest.fail(
+                f"not converged after {bound:g}s: {differences(want, have)}\nhub log:\n"
+                + "\n".join([line for line in hub.log if " DEBUG " not in line][-15:])
+            )
         time.sleep(0.25)  # a poll interval: the condition is checked again, never assumed
 
 
@@ -99,7 +114,7 @@ class Churn:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "Churn":
+    def __enter__(self) -> Churn:
         self.core.create_namespace(self._client.V1Namespace(metadata=self._client.V1ObjectMeta(name=self.namespace)))
         self._thread.start()
         return self
@@ -124,12 +139,14 @@ class Churn:
                 if action == "create":
                     n += 1
                     name = f"churn-{n}"
-                    self.core.create_namespaced_config_map(self.namespace, c.V1ConfigMap(
-                        metadata=c.V1ObjectMeta(name=name), data={"v": "0"}))
+                    self.core.create_namespaced_config_map(
+                        self.namespace, c.V1ConfigMap(metadata=c.V1ObjectMeta(name=name), data={"v": "0"})
+                    )
                     names.append(name)
                 elif action == "update":
-                    self.core.patch_namespaced_config_map(rng.choice(names), self.namespace,
-                                                          {"data": {"v": str(rng.random())}})
+                    self.core.patch_namespaced_config_map(
+                        rng.choice(names), self.namespace, {"data": {"v": str(rng.random())}}
+                    )
                 else:
                     self.core.delete_namespaced_config_map(names.pop(rng.randrange(len(names))), self.namespace)
                 self.operations += 1
@@ -137,10 +154,22 @@ class Churn:
                 self.errors.append(f"{action}: {e.status} {e.reason}")
 
 
-def agent_config(directory: Path, pki: HubPki, grpc_port: int, accounts: list[dict], *,
-                 kubernetes: dict | None = None, **clouddriver: object) -> Path:
+def agent_config(
+    directory: Path,
+    pki: HubPki,
+    grpc_port: int,
+    accounts: list[dict],
+    *,
+    kubernetes: dict | None = None,
+    **clouddriver: object,
+) -> Path:
     """An agent's configuration (as helpers.agent_of writes it), kept so that a drill can start the
     same agent again; `grpc_port` may be a proxy's in front of the hub."""
-    return write_yaml(directory / "agent.yaml", {
-        "kubernetes": {"accounts": accounts, **(kubernetes or {})}, "server": {"port": 0},
-        "clouddriver": {"grpc": f"localhost:{grpc_port}", "tls": {"cacertFile": str(pki.ca)}, **clouddriver}})
+    return write_yaml(
+        directory / "agent.yaml",
+        {
+            "kubernetes": {"accounts": accounts, **(kubernetes or {})},
+            "server": {"port": 0},
+            "clouddriver": {"grpc": f"localhost:{grpc_port}", "tls": {"cacertFile": str(pki.ca)}, **clouddriver},
+        },
+    )

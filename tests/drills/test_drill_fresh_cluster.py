@@ -24,9 +24,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from e2e_stack import through  # noqa: E402
-from drill import cluster_state, converge, create_configmaps, report  # noqa: E402
-from helpers import AgentProcess, HubProcess, TcpProxy, agent_of, tls_hub  # noqa: E402
+from drill import cluster_state, converge, create_configmaps, report
+from e2e_stack import through
+from helpers import AgentProcess, HubProcess, TcpProxy, agent_of, tls_hub
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_CLUSTER = ROOT / "scripts" / "real-cluster"
@@ -37,8 +37,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.drill]
 
 
 def real_cluster(*args: str, directory: Path) -> str:
-    done = subprocess.run([str(REAL_CLUSTER), *args, "--dir", str(directory)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [str(REAL_CLUSTER), *args, "--dir", str(directory)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"scripts/real-cluster {' '.join(args)} failed:\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -60,8 +61,18 @@ def follow(directory: Path, tmp_path: Path) -> tuple[TcpProxy, HubProcess, Agent
     server = yaml.safe_load((directory / "admin.yaml").read_text())["clusters"][0]["cluster"]["server"]
     proxy = TcpProxy("127.0.0.1", int(server.rsplit(":", 1)[1]))
     hub, pki = tls_hub(tmp_path)
-    agent = agent_of(hub, pki, tmp_path, [{"name": "drill", "kinds": KINDS, "kubeConfigFile": str(
-        through(directory / "admin.yaml", proxy, tmp_path / "admin.yaml"))}])
+    agent = agent_of(
+        hub,
+        pki,
+        tmp_path,
+        [
+            {
+                "name": "drill",
+                "kinds": KINDS,
+                "kubeConfigFile": str(through(directory / "admin.yaml", proxy, tmp_path / "admin.yaml")),
+            }
+        ],
+    )
     return proxy, hub, agent
 
 

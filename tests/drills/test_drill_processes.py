@@ -19,10 +19,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from drill import Churn, agent_config, converge, create_configmaps, report  # noqa: E402
-from e2e_stack import through  # noqa: E402
-from helpers import (AgentProcess, HubPki, HubProcess, KubesimProcess, TcpProxy, free_port,  # noqa: E402
-                     start_kubesim, tls_hub)
+from drill import Churn, agent_config, converge, create_configmaps, report
+from e2e_stack import through
+from helpers import (
+    AgentProcess,
+    HubPki,
+    HubProcess,
+    KubesimProcess,
+    TcpProxy,
+    free_port,
+    start_kubesim,
+    tls_hub,
+)
 
 pytestmark = pytest.mark.drill
 
@@ -49,9 +57,16 @@ def kubesim_of(tmp_path: Path) -> Iterator:
 
 def follower(directory: Path, pki: HubPki, grpc_port: int, kubeconfig: Path, **settings: Any) -> AgentProcess:
     """An agent following the drill's account, connected to the hub (or a proxy) at `grpc_port`."""
-    return AgentProcess(agent_config(directory, pki, grpc_port, [{"name": ACCOUNT, "kinds": KINDS,
-                                                                  "kubeConfigFile": str(kubeconfig)}], **settings),
-                        print_events=False)
+    return AgentProcess(
+        agent_config(
+            directory,
+            pki,
+            grpc_port,
+            [{"name": ACCOUNT, "kinds": KINDS, "kubeConfigFile": str(kubeconfig)}],
+            **settings,
+        ),
+        print_events=False,
+    )
 
 
 def account(hub: HubProcess) -> dict:
@@ -84,7 +99,7 @@ def metric(agent: AgentProcess, name: str, labels: str = "") -> int:
     """A sum of the agent's own figures, as an operator reads them from /metrics."""
     with urllib.request.urlopen(agent.health_url() + "/metrics", timeout=10) as r:
         text = r.read().decode()
-    pattern = rf'^{name}\{{[^}}]*{re.escape(labels)}[^}}]*\}} (\S+)$'
+    pattern = rf"^{name}\{{[^}}]*{re.escape(labels)}[^}}]*\}} (\S+)$"
     return sum(int(float(m.group(1))) for m in re.finditer(pattern, text, re.M))
 
 
@@ -120,8 +135,12 @@ def test_agent_killed_in_the_middle_of_its_first_snapshot(kubesim_of, tmp_path: 
         agent = AgentProcess(tmp_path / "agent.yaml", print_events=False)  # the same configuration
         started = time.monotonic()
         converge(hub, ACCOUNT, cluster.admin(), KINDS, BOUND)
-        report(f"agent SIGKILL mid-snapshot ({seen['objects']} objects held at the kill)", time.monotonic() - started,
-               "the new agent started", BOUND)
+        report(
+            f"agent SIGKILL mid-snapshot ({seen['objects']} objects held at the kill)",
+            time.monotonic() - started,
+            "the new agent started",
+            BOUND,
+        )
         assert account(hub)["state"] == "ACTIVE"
     finally:
         agent.stop()
@@ -167,11 +186,12 @@ def test_watches_cut_while_the_history_is_compacted(kubesim_of, tmp_path: Path):
                 proxy.freeze()  # the agent's attempts to resume hang (a refusal would add to its backoff)...
                 wait_churned(churn, 20)  # ...while more changes are made than the history keeps
                 proxy.thaw()
-                wait_for(lambda: relists(agent) > before, "the agent relisting after 410 Gone")
+                wait_for(lambda: relists(agent) > before, "the agent relisting after 410 Gone")  # noqa: B023  (waited for here)
         stopped = time.monotonic()
         converge(hub, ACCOUNT, cluster.admin(), KINDS, BOUND)
-        report(f"watches cut {CUTS} times, history compacted (410)", time.monotonic() - stopped, "the churn stopped",
-               BOUND)
+        report(
+            f"watches cut {CUTS} times, history compacted (410)", time.monotonic() - stopped, "the churn stopped", BOUND
+        )
     finally:
         agent.stop()
         hub.stop()
@@ -217,16 +237,28 @@ def test_network_frozen_between_agent_and_hub(kubesim_of, tmp_path: Path):
             # Longer than the grace period (4 s): what the hub serves stops being trusted.
             proxy.freeze()
             try:
-                hub.wait_until(f"/api/v1/accounts/{ACCOUNT}", lambda d: d["state"] == "DISCONNECTED", timeout=15,
-                               what="the account DISCONNECTED")
-                orphaned = hub.wait_until(f"/api/v1/accounts/{ACCOUNT}", lambda d: d["state"] == "ORPHANED",
-                                          timeout=15, what="the account ORPHANED after the grace period")
+                hub.wait_until(
+                    f"/api/v1/accounts/{ACCOUNT}",
+                    lambda d: d["state"] == "DISCONNECTED",
+                    timeout=15,
+                    what="the account DISCONNECTED",
+                )
+                orphaned = hub.wait_until(
+                    f"/api/v1/accounts/{ACCOUNT}",
+                    lambda d: d["state"] == "ORPHANED",
+                    timeout=15,
+                    what="the account ORPHANED after the grace period",
+                )
                 assert orphaned["objects"] == 0, f"an ORPHANED account still serves its cache: {orphaned}"
             finally:
                 proxy.thaw()
             thawed = time.monotonic()
-            hub.wait_until(f"/api/v1/accounts/{ACCOUNT}", lambda d: d["state"] == "ACTIVE", timeout=BOUND,
-                           what="the account ACTIVE again")
+            hub.wait_until(
+                f"/api/v1/accounts/{ACCOUNT}",
+                lambda d: d["state"] == "ACTIVE",
+                timeout=BOUND,
+                what="the account ACTIVE again",
+            )
             wait_churned(churn, 10)
         converge(hub, ACCOUNT, cluster.admin(), KINDS, BOUND)
         report("agent-hub freeze past the grace period", time.monotonic() - thawed, "the thaw", BOUND)
@@ -244,8 +276,9 @@ def test_network_frozen_between_agent_and_api_server(kubesim_of, tmp_path: Path,
     agent = follower(tmp_path, pki, hub.grpc_port, through(cluster.admin(), proxy, tmp_path / "admin.yaml"))
     try:
         with Churn(cluster.admin(), "churn", rate=40) as churn:
-            hub.wait_until(f"/api/v1/accounts/{ACCOUNT}", lambda d: d["agentState"] == "watching",
-                           what="the account watched")
+            hub.wait_until(
+                f"/api/v1/accounts/{ACCOUNT}", lambda d: d["agentState"] == "watching", what="the account watched"
+            )
             thawed = frozen(proxy, churn, seconds)
         converge(hub, ACCOUNT, cluster.admin(), KINDS, BOUND)
         report(f"agent-API server freeze of {seconds}s", time.monotonic() - thawed, "the thaw", BOUND)
@@ -263,12 +296,18 @@ def test_watches_left_half_open_by_a_long_freeze_are_noticed(kubesim_of, tmp_pat
     cluster = kubesim_of("--bookmark-interval", "1")
     proxy = TcpProxy("127.0.0.1", int(cluster.urls[0].rsplit(":", 1)[1]))
     hub, pki = tls_hub(tmp_path)
-    agent = follower(tmp_path, pki, hub.grpc_port, through(cluster.admin(), proxy, tmp_path / "admin.yaml"),
-                     kubernetes={"watchIdleTimeoutSeconds": 5})
+    agent = follower(
+        tmp_path,
+        pki,
+        hub.grpc_port,
+        through(cluster.admin(), proxy, tmp_path / "admin.yaml"),
+        kubernetes={"watchIdleTimeoutSeconds": 5},
+    )
     try:
         with Churn(cluster.admin(), "churn", rate=40) as churn:
-            hub.wait_until(f"/api/v1/accounts/{ACCOUNT}", lambda d: d["agentState"] == "watching",
-                           what="the account watched")
+            hub.wait_until(
+                f"/api/v1/accounts/{ACCOUNT}", lambda d: d["agentState"] == "watching", what="the account watched"
+            )
             thawed = frozen(proxy, churn, 1, half_open=True)
         converge(hub, ACCOUNT, cluster.admin(), KINDS, BOUND)
         report("agent-API server connections left half-open by a freeze", time.monotonic() - thawed, "the thaw", BOUND)

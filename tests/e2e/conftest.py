@@ -24,8 +24,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from e2e_stack import Cluster, Stack, through  # noqa: E402
-from helpers import AgentProcess, HubProcess, TcpProxy, make_hub_pki, write_yaml  # noqa: E402
+from e2e_stack import Cluster, Stack, through
+from helpers import AgentProcess, HubProcess, TcpProxy, make_hub_pki, write_yaml
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 WAIT_MS = 15000  # the hub's operationWaitMs
@@ -49,21 +49,43 @@ def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     pki = make_hub_pki(tmp)
     server = urlparse(yaml.safe_load(cluster.admin.read_text())["clusters"][0]["cluster"]["server"])
     proxy = TcpProxy(server.hostname or "127.0.0.1", server.port or 443)
-    hub = HubProcess(write_yaml(tmp / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
-        "database": {"url": f"sqlite:///{tmp / 'hub.db'}"}, "operations": {"operationWaitMs": WAIT_MS}}))
-    agent = AgentProcess(write_yaml(tmp / "agent.yaml", {
-        "kubernetes": {"discoveryIntervalSeconds": 3, "accounts": [
-            {"name": "admin", "kubeConfigFile": str(through(cluster.admin, proxy, tmp / "admin.yaml"))},
-            {"name": "limited", "kubeConfigFile": str(cluster.limited)}]},
-        "server": {"port": 0},
-        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}}}),
-        print_events=False)
+    hub = HubProcess(
+        write_yaml(
+            tmp / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+                "database": {"url": f"sqlite:///{tmp / 'hub.db'}"},
+                "operations": {"operationWaitMs": WAIT_MS},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp / "agent.yaml",
+            {
+                "kubernetes": {
+                    "discoveryIntervalSeconds": 3,
+                    "accounts": [
+                        {"name": "admin", "kubeConfigFile": str(through(cluster.admin, proxy, tmp / "admin.yaml"))},
+                        {"name": "limited", "kubeConfigFile": str(cluster.limited)},
+                    ],
+                },
+                "server": {"port": 0},
+                "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}},
+            },
+        ),
+        print_events=False,
+    )
     try:
-        agent.wait_health(lambda d: d["status"] == "ok" and len(d["accounts"]) == 2, timeout=120,
-                          what="both accounts watching")
-        hub.wait_until("/api/v1/accounts", lambda d: len(d) == 2 and all(a["agentState"] == "watching" for a in d),
-                       what="both accounts in the hub")
+        agent.wait_health(
+            lambda d: d["status"] == "ok" and len(d["accounts"]) == 2, timeout=120, what="both accounts watching"
+        )
+        hub.wait_until(
+            "/api/v1/accounts",
+            lambda d: len(d) == 2 and all(a["agentState"] == "watching" for a in d),
+            what="both accounts in the hub",
+        )
         yield Stack(cluster, hub, agent, proxy)
     finally:
         agent.stop()

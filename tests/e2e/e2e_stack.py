@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, TcpProxy, account_health  # noqa: E402
+from helpers import AgentProcess, HubProcess, TcpProxy, account_health
 
 
 @dataclass
@@ -30,15 +30,21 @@ class Cluster:
 
     def kubectl(self, *args: str, identity: str = "admin", check: bool = True) -> subprocess.CompletedProcess:
         kubeconfig = self.admin if identity == "admin" else self.limited
-        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                              check=check, timeout=60)
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, check=check, timeout=60
+        )
 
     def json(self, *args: str, identity: str = "admin") -> dict:
         return json.loads(self.kubectl(*args, "-o", "json", identity=identity).stdout)
 
     def apply(self, doc: dict, identity: str = "admin") -> None:
-        subprocess.run(["kubectl", "--kubeconfig", str(self.admin if identity == "admin" else self.limited),
-                        "apply", "-f", "-"], input=json.dumps(doc), text=True, check=True, capture_output=True)
+        subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.admin if identity == "admin" else self.limited), "apply", "-f", "-"],
+            input=json.dumps(doc),
+            text=True,
+            check=True,
+            capture_output=True,
+        )
 
 
 def through(kubeconfig: Path, proxy: TcpProxy, out: Path) -> Path:

@@ -9,12 +9,19 @@ from e2e_stack import Cluster, Stack
 
 def crd(group: str, kind: str, plural: str, versions: list[str]) -> dict:
     schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                     "versions": [{"name": v, "served": True, "storage": i == 0, "schema": schema}
-                                  for i, v in enumerate(versions)]}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [
+                {"name": v, "served": True, "storage": i == 0, "schema": schema} for i, v in enumerate(versions)
+            ],
+        },
+    }
 
 
 def test_a_kind_served_only_at_an_older_version_of_its_group_is_followed(stack: Stack, cluster: Cluster, namespace):
@@ -24,11 +31,16 @@ def test_a_kind_served_only_at_an_older_version_of_its_group_is_followed(stack: 
     cluster.apply(crd(group, "Widget", "widgets", ["v1", "v1beta1"]))
     cluster.apply(crd(group, "Gadget", "gadgets", ["v1beta1"]))
     cluster.kubectl("wait", "--for=condition=Established", f"crd/gadgets.{group}", f"crd/widgets.{group}")
-    cluster.apply({"apiVersion": f"{group}/v1beta1", "kind": "Gadget",
-                   "metadata": {"name": "g", "namespace": namespace}})
+    cluster.apply(
+        {"apiVersion": f"{group}/v1beta1", "kind": "Gadget", "metadata": {"name": "g", "namespace": namespace}}
+    )
     try:
-        doc = stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=Gadget.{group}&namespace={namespace}",
-                                   lambda d: len(d["items"]) == 1, timeout=60, what="the Gadget in the hub")
+        doc = stack.hub.wait_until(
+            f"/api/v1/accounts/admin/objects?kind=Gadget.{group}&namespace={namespace}",
+            lambda d: len(d["items"]) == 1,
+            timeout=60,
+            what="the Gadget in the hub",
+        )
         assert doc["items"][0]["apiVersion"] == f"{group}/v1beta1"
         kinds = stack.account("admin")["kinds"]
         assert kinds.count(f"Gadget.{group}") == 1 and kinds.count(f"Widget.{group}") == 1
@@ -49,12 +61,23 @@ def test_a_resource_served_by_two_groups_is_followed_once(stack: Stack, cluster:
         return
     # On the real server an Event appears once in the hub, however it was created.
     name = f"ev-{uuid.uuid4().hex[:6]}"
-    cluster.apply({"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                   "metadata": {"name": name, "namespace": "default"},
-                   "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "e2e/test",
-                   "reportingInstance": "e2e", "action": "Test", "reason": "Testing", "type": "Normal",
-                   "regarding": {"kind": "ConfigMap", "name": "kube-root-ca.crt", "namespace": "default",
-                                 "apiVersion": "v1"}})
-    doc = stack.hub.wait_until(f"/api/v1/accounts/admin/objects?namespace=default&name={name}",
-                               lambda d: len(d["items"]) >= 1, what="the Event in the hub")
+    cluster.apply(
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": "default"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "e2e/test",
+            "reportingInstance": "e2e",
+            "action": "Test",
+            "reason": "Testing",
+            "type": "Normal",
+            "regarding": {"kind": "ConfigMap", "name": "kube-root-ca.crt", "namespace": "default", "apiVersion": "v1"},
+        }
+    )
+    doc = stack.hub.wait_until(
+        f"/api/v1/accounts/admin/objects?namespace=default&name={name}",
+        lambda d: len(d["items"]) >= 1,
+        what="the Event in the hub",
+    )
     assert [(i["kind"], i["apiVersion"]) for i in doc["items"]] == [("Event", "v1")]

@@ -10,10 +10,19 @@ from e2e_stack import Cluster, Stack
 
 
 def deployment(name: str, image: str, replicas: int = 1) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": {"app": name}},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "web", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
 
 
 def run(stack: Stack, op: str, **body) -> dict:
@@ -35,9 +44,11 @@ def image_of(cluster: Cluster, namespace: str) -> str:
 
 def replica_set_for(stack: Stack, namespace: str, image: str) -> None:
     """The Deployment controller has made the ReplicaSet of this template (and so its revision)."""
-    stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ReplicaSet.apps&namespace={namespace}",
-                         lambda d: any(rs["spec"]["template"]["spec"]["containers"][0]["image"] == image
-                                       for rs in d["items"]), what=f"the ReplicaSet of {image}")
+    stack.hub.wait_until(
+        f"/api/v1/accounts/admin/objects?kind=ReplicaSet.apps&namespace={namespace}",
+        lambda d: any(rs["spec"]["template"]["spec"]["containers"][0]["image"] == image for rs in d["items"]),
+        what=f"the ReplicaSet of {image}",
+    )
 
 
 def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluster, namespace):
@@ -47,8 +58,15 @@ def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluste
         replica_set_for(stack, namespace, image)
     assert image_of(cluster, namespace) == "nginx:2"
 
-    completed(run(stack, "patchManifest", **target, patchBody={"metadata": {"labels": {"patched": "yes"}}},
-                  options={"mergeStrategy": "merge"}))
+    completed(
+        run(
+            stack,
+            "patchManifest",
+            **target,
+            patchBody={"metadata": {"labels": {"patched": "yes"}}},
+            options={"mergeStrategy": "merge"},
+        )
+    )
     assert live(cluster, namespace, "deployment", "web")["metadata"]["labels"]["patched"] == "yes"
 
     completed(run(stack, "scaleManifest", **target, replicas=3))
@@ -75,10 +93,21 @@ def test_deploy_patch_scale_rollouts_and_delete_change_the_cluster(stack, cluste
 def test_a_run_job_whose_pods_cannot_run_says_what_they_are_doing_and_keeps_the_job(stack, cluster, namespace):
     # No node has this label: Pending on kubesim (unschedulable) and on the real control plane
     # (no scheduler at all), until the operation's deadline.
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
-           "spec": {"backoffLimit": 0, "template": {"spec": {
-               "restartPolicy": "Never", "nodeSelector": {"scale-agent.io/e2e": "nowhere"},
-               "containers": [{"name": "main", "image": "busybox"}]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"scale-agent.io/e2e": "nowhere"},
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            },
+        },
+    }
     task = run(stack, "runJob", manifest=job, namespace=namespace)
     assert task["state"] == "failed", task
     exception = task["exception"]

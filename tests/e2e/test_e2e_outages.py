@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from e2e_stack import Cluster, Stack
 from helpers import account_health, free_port
 
@@ -26,8 +25,11 @@ def hub_state(doc: list, account: str) -> str:
 
 def configmap(stack: Stack, cluster: Cluster, namespace: str, name: str) -> None:
     cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}})
-    stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}&name={name}",
-                         lambda d: len(d["items"]) == 1, what=f"ConfigMap {name} in the hub")
+    stack.hub.wait_until(
+        f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}&name={name}",
+        lambda d: len(d["items"]) == 1,
+        what=f"ConfigMap {name} in the hub",
+    )
 
 
 def test_an_outage_reads_as_not_watching_until_every_watch_is_back_and_logs_a_few_lines(stack, cluster, namespace):
@@ -40,8 +42,11 @@ def test_an_outage_reads_as_not_watching_until_every_watch_is_back_and_logs_a_fe
     stack.proxy.refusing = True  # the API server is unreachable: every watch breaks and retries
     stack.proxy.cut()
     # Retried at least three times by one watch (the account's `error`), all the while not `watching`.
-    stack.agent.wait_health(lambda d: account_health(d, "admin")["state"] == "error", timeout=90,
-                            what="the account reporting its failing watches")
+    stack.agent.wait_health(
+        lambda d: account_health(d, "admin")["state"] == "error",
+        timeout=90,
+        what="the account reporting its failing watches",
+    )
     stack.hub.wait_until("/api/v1/accounts", lambda d: hub_state(d, "admin") == "error", what="the hub showing it")
     cluster.kubectl("delete", "configmap", doomed, "-n", namespace)  # behind the agent's back
 
@@ -55,8 +60,12 @@ def test_an_outage_reads_as_not_watching_until_every_watch_is_back_and_logs_a_fe
 
     doc = stack.agent.wait_health(back, timeout=120, what="every watch established again")
     assert account_health(doc, "admin").get("retrying") is None
-    stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}&name={doomed}",
-                         lambda d: d["items"] == [], timeout=15, what="the deletion made during the outage")
+    stack.hub.wait_until(
+        f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}&name={doomed}",
+        lambda d: d["items"] == [],
+        timeout=15,
+        what="the deletion made during the outage",
+    )
 
     # One account, one cause: a few lines, not one per watch and retry.
     lines = [line for line in stack.agent.stderr[first_line:] if not re.search(r" DEBUG ", line)]
@@ -98,12 +107,18 @@ def test_an_apiserver_restart_with_etcd_compacted_in_between_converges(stack, cl
     finally:
         script(real_dir, "apiserver-start")
 
-    server = {(i["metadata"]["name"], i["metadata"]["resourceVersion"])
-              for i in cluster.json("get", "configmaps", "-n", namespace)["items"]}
+    server = {
+        (i["metadata"]["name"], i["metadata"]["resourceVersion"])
+        for i in cluster.json("get", "configmaps", "-n", namespace)["items"]
+    }
     assert {name for name, _ in server} >= {kept, born} and doomed not in {name for name, _ in server}
-    stack.hub.wait_until(f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}",
-                         lambda d: {(i["metadata"]["name"], i["metadata"]["resourceVersion"]) for i in d["items"]}
-                         == server, timeout=120, what="exactly what the server holds (nothing lost, no phantom)")
-    stack.agent.wait_health(lambda d: account_health(d, "admin")["state"] == "watching", timeout=120,
-                            what="the account watching again")
+    stack.hub.wait_until(
+        f"/api/v1/accounts/admin/objects?kind=ConfigMap&namespace={namespace}",
+        lambda d: {(i["metadata"]["name"], i["metadata"]["resourceVersion"]) for i in d["items"]} == server,
+        timeout=120,
+        what="exactly what the server holds (nothing lost, no phantom)",
+    )
+    stack.agent.wait_health(
+        lambda d: account_health(d, "admin")["state"] == "watching", timeout=120, what="the account watching again"
+    )
     assert stack.account("admin")["state"] == "watching"

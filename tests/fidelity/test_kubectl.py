@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import read_until  # noqa: E402
+from helpers import read_until
 
 
 def kubectl(kubectl_bin: str, kubeconfig: Path, *args: str, check: bool = True, input: str | None = None):
-    result = subprocess.run([kubectl_bin, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                            timeout=120, input=input)
+    result = subprocess.run(
+        [kubectl_bin, "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=120, input=input
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr}")
     return result
@@ -108,8 +109,9 @@ def test_server_side_apply_and_scale(target, kubectl_bin, ns, tmp_path):
     out = kubectl(kubectl_bin, target.kubeconfig, "apply", "--server-side", "-f", str(f)).stdout
     assert "serverside-applied" in out
     kubectl(kubectl_bin, target.kubeconfig, "scale", "deployment/web", "-n", ns, "--replicas=4")
-    dep = json.loads(kubectl(kubectl_bin, target.kubeconfig, "get", "--raw",
-                             f"/apis/apps/v1/namespaces/{ns}/deployments/web").stdout)
+    dep = json.loads(
+        kubectl(kubectl_bin, target.kubeconfig, "get", "--raw", f"/apis/apps/v1/namespaces/{ns}/deployments/web").stdout
+    )
     assert dep["spec"]["replicas"] == 4
     entries = {(m["manager"], m["operation"], m.get("subresource", "")) for m in dep["metadata"]["managedFields"]}
     assert ("kubectl", "Apply", "") in entries
@@ -131,8 +133,21 @@ def test_server_dry_run_delete_keeps_the_object(target, kubectl_bin, ns):
 
 
 def test_get_watch_prints_changes(target, kubectl_bin, ns):
-    proc = subprocess.Popen([kubectl_bin, "--kubeconfig", str(target.kubeconfig), "get", "configmaps", "-n", ns,
-                             "-w", "--output-watch-events"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            kubectl_bin,
+            "--kubeconfig",
+            str(target.kubeconfig),
+            "get",
+            "configmaps",
+            "-n",
+            ns,
+            "-w",
+            "--output-watch-events",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         # kube-root-ca.crt exists in real namespaces; kubesim namespaces start empty, so wait for our own.
         kubectl(kubectl_bin, target.kubeconfig, "create", "configmap", "watched", "-n", ns, "--from-literal=a=1")
@@ -151,12 +166,14 @@ def test_auth_can_i_for_both_identities(target, kubectl_bin):
     assert admin.stdout.strip() == "yes"
     if target.limited_kubeconfig is None:
         pytest.skip("no limited identity configured for this target")
-    limited = kubectl(kubectl_bin, target.limited_kubeconfig, "auth", "can-i", "list", "secrets",
-                      "--all-namespaces", check=False)
+    limited = kubectl(
+        kubectl_bin, target.limited_kubeconfig, "auth", "can-i", "list", "secrets", "--all-namespaces", check=False
+    )
     assert limited.returncode == 1 and limited.stdout.strip() == "no"
     if target.is_kubesim:
-        yes = kubectl(kubectl_bin, target.limited_kubeconfig, "auth", "can-i", "create", "deployments.apps",
-                      "-n", "team-a")
+        yes = kubectl(
+            kubectl_bin, target.limited_kubeconfig, "auth", "can-i", "create", "deployments.apps", "-n", "team-a"
+        )
         assert yes.stdout.strip() == "yes"
         listing = kubectl(kubectl_bin, target.limited_kubeconfig, "auth", "can-i", "--list", "-n", "team-a").stdout
         assert "deployments.apps" in listing
@@ -165,8 +182,13 @@ def test_auth_can_i_for_both_identities(target, kubectl_bin):
 def test_api_resources_lists_builtin_groups(target, kubectl_bin):
     out = kubectl(kubectl_bin, target.kubeconfig, "api-resources").stdout
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
-    for name, version in [("pods", "v1"), ("deployments", "apps/v1"), ("jobs", "batch/v1"),
-                          ("ingresses", "networking.k8s.io/v1"), ("roles", "rbac.authorization.k8s.io/v1"),
-                          ("customresourcedefinitions", "apiextensions.k8s.io/v1")]:
+    for name, version in [
+        ("pods", "v1"),
+        ("deployments", "apps/v1"),
+        ("jobs", "batch/v1"),
+        ("ingresses", "networking.k8s.io/v1"),
+        ("roles", "rbac.authorization.k8s.io/v1"),
+        ("customresourcedefinitions", "apiextensions.k8s.io/v1"),
+    ]:
         assert name in rows and version in rows[name], f"{name} {version} missing from api-resources"
     assert "deploy" in rows["deployments"].split()

@@ -32,8 +32,9 @@ def namespace(core):
     # Pods can be created once the namespace's default ServiceAccount exists (and, before
     # Kubernetes 1.24, has its token): made by the controller-manager, right after the namespace.
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_service_account, name, field_selector="metadata.name=default",
-                          timeout_seconds=60):
+    for event in w.stream(
+        core.list_namespaced_service_account, name, field_selector="metadata.name=default", timeout_seconds=60
+    ):
         sa = event["object"]
         if sa.secrets or _server_minor(core) >= 24:
             w.stop()
@@ -89,9 +90,13 @@ def test_create_get_patch_delete_a_configmap(core, namespace):
 
 
 def test_deleting_a_pod_returns_the_pod(core, namespace):
-    core.create_namespaced_pod(namespace, client.V1Pod(
-        metadata=client.V1ObjectMeta(name="short"),
-        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")])))
+    core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="short"),
+            spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")]),
+        ),
+    )
     deleted = core.delete_namespaced_pod("short", namespace)
     assert deleted.kind == "Pod" and deleted.metadata.name == "short"
 
@@ -122,8 +127,13 @@ def test_watch_streams_added_modified_deleted_and_a_bookmark(core, namespace):
 
     seen: list[tuple[str, str]] = []
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_config_map, namespace, resource_version=start,
-                          allow_watch_bookmarks=True, timeout_seconds=120):
+    for event in w.stream(
+        core.list_namespaced_config_map,
+        namespace,
+        resource_version=start,
+        allow_watch_bookmarks=True,
+        timeout_seconds=120,
+    ):
         if event["type"] == "BOOKMARK":
             seen.append(("BOOKMARK", ""))
         else:
@@ -153,10 +163,12 @@ def test_paginated_list_is_one_consistent_snapshot(core, namespace):
 
 
 def test_label_and_field_selectors(core, namespace):
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="a", labels={"tier": "web", "env": "prod"})))
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name="b", labels={"tier": "db", "env": "prod"})))
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a", labels={"tier": "web", "env": "prod"}))
+    )
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="b", labels={"tier": "db", "env": "prod"}))
+    )
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c")))
 
     def names(**kw):
@@ -191,12 +203,18 @@ def test_deployment_rolls_out_replicasets_with_revisions(api, namespace):
 
     def wait_rolled_out(generation: int):
         w = watch.Watch()
-        for event in w.stream(apps.list_namespaced_deployment, namespace, field_selector="metadata.name=web",
-                              timeout_seconds=120):
+        for event in w.stream(
+            apps.list_namespaced_deployment, namespace, field_selector="metadata.name=web", timeout_seconds=120
+        ):
             d = event["object"]
             s = d.status
-            if s and s.observed_generation == generation and s.updated_replicas == 2 and s.replicas == 2 \
-                    and (s.ready_replicas == 2 or not pods_run):
+            if (
+                s
+                and s.observed_generation == generation
+                and s.updated_replicas == 2
+                and s.replicas == 2
+                and (s.ready_replicas == 2 or not pods_run)
+            ):
                 w.stop()
                 return d
         pytest.fail("deployment did not roll out")
@@ -204,18 +222,22 @@ def test_deployment_rolls_out_replicasets_with_revisions(api, namespace):
     d1 = wait_rolled_out(1)
     assert d1.metadata.annotations["deployment.kubernetes.io/revision"] == "1"
 
-    apps.patch_namespaced_deployment("web", namespace, {"spec": {"template": {"spec": {"containers": [
-        {"name": "web", "image": "nginx:1.26"}]}}}})
+    apps.patch_namespaced_deployment(
+        "web", namespace, {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:1.26"}]}}}}
+    )
     if not pods_run:
         # No kubelet: the new ReplicaSet (revision 2) is made, but no pod of it ever becomes
         # available, so the old one is never scaled down and the rollout never ends.
         w = watch.Watch()
-        for event in w.stream(apps.list_namespaced_replica_set, namespace, label_selector="app=web",
-                              timeout_seconds=60):
+        for event in w.stream(
+            apps.list_namespaced_replica_set, namespace, label_selector="app=web", timeout_seconds=60
+        ):
             if (event["object"].metadata.annotations or {}).get("deployment.kubernetes.io/revision") == "2":
                 w.stop()
-        revisions = {rs.metadata.annotations["deployment.kubernetes.io/revision"]
-                     for rs in apps.list_namespaced_replica_set(namespace, label_selector="app=web").items}
+        revisions = {
+            rs.metadata.annotations["deployment.kubernetes.io/revision"]
+            for rs in apps.list_namespaced_replica_set(namespace, label_selector="app=web").items
+        }
         assert revisions == {"1", "2"}
         return
     d2 = wait_rolled_out(2)
@@ -232,26 +254,42 @@ def test_custom_resource_definition_adds_a_kind(api, namespace):
     ext = client.ApiextensionsV1Api(api)
     group = f"g{uuid.uuid4().hex[:6]}.example.com"
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"widgets.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
     }
     ext.create_custom_resource_definition(crd)
     try:
         w = watch.Watch()
-        for event in w.stream(ext.list_custom_resource_definition, field_selector=f"metadata.name=widgets.{group}",
-                              timeout_seconds=60):
+        for event in w.stream(
+            ext.list_custom_resource_definition, field_selector=f"metadata.name=widgets.{group}", timeout_seconds=60
+        ):
             conds = event["object"].status.conditions or []
             if any(c.type == "Established" and c.status == "True" for c in conds):
                 w.stop()
         resources = client.ApisApi(api).get_api_versions()
         assert group in [g.name for g in resources.groups]
         custom = client.CustomObjectsApi(api)
-        custom.create_namespaced_custom_object(group, "v1", namespace, "widgets", {
-            "apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}})
+        custom.create_namespaced_custom_object(
+            group,
+            "v1",
+            namespace,
+            "widgets",
+            {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}},
+        )
         items = custom.list_namespaced_custom_object(group, "v1", namespace, "widgets")["items"]
         assert [(i["metadata"]["name"], i["spec"]["size"]) for i in items] == [("w1", 3)]
     finally:
@@ -259,8 +297,12 @@ def test_custom_resource_definition_adds_a_kind(api, namespace):
 
 
 def test_secrets_listed_as_metadata_carry_no_data(api, core, namespace):
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="creds"), string_data={"password": "hunter2"}, data={"token": "c2VjcmV0"}))
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="creds"), string_data={"password": "hunter2"}, data={"token": "c2VjcmV0"}
+        ),
+    )
     accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
     resp = raw_get(api, f"/api/v1/namespaces/{namespace}/secrets", accept)
     body = json.loads(resp.data)
@@ -269,16 +311,23 @@ def test_secrets_listed_as_metadata_carry_no_data(api, core, namespace):
     assert "creds" in [i["metadata"]["name"] for i in body["items"]]
     assert b"c2VjcmV0" not in resp.data and b"hunter2" not in resp.data and b'"data"' not in resp.data
 
-    single = raw_get(api, f"/api/v1/namespaces/{namespace}/secrets/creds",
-                     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+    single = raw_get(
+        api,
+        f"/api/v1/namespaces/{namespace}/secrets/creds",
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+    )
     assert json.loads(single.data)["kind"] == "PartialObjectMetadata"
     assert b'"data"' not in single.data
 
 
 def test_self_subject_access_review_for_the_admin(api):
-    review = client.AuthorizationV1Api(api).create_self_subject_access_review(client.V1SelfSubjectAccessReview(
-        spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=client.V1ResourceAttributes(
-            verb="list", resource="secrets", namespace="default"))))
+    review = client.AuthorizationV1Api(api).create_self_subject_access_review(
+        client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(verb="list", resource="secrets", namespace="default")
+            )
+        )
+    )
     assert review.status.allowed is True
 
 
@@ -293,9 +342,15 @@ def test_limited_identity_is_forbidden_outside_its_rights(target):
         assert err.value.status == 403
         status = json.loads(err.value.body)
         assert status["kind"] == "Status" and status["reason"] == "Forbidden"
-        review = client.AuthorizationV1Api(limited).create_self_subject_access_review(client.V1SelfSubjectAccessReview(
-            spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=client.V1ResourceAttributes(
-                verb="list", resource="secrets", namespace="kube-system"))))
+        review = client.AuthorizationV1Api(limited).create_self_subject_access_review(
+            client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(
+                        verb="list", resource="secrets", namespace="kube-system"
+                    )
+                )
+            )
+        )
         assert review.status.allowed is False
     finally:
         limited.close()
@@ -308,15 +363,21 @@ def test_list_items_of_built_in_kinds_carry_no_type_meta(api, core, namespace):
     assert listed["items"] and all("kind" not in i and "apiVersion" not in i for i in listed["items"])
     one = json.loads(raw_get(api, f"/api/v1/namespaces/{namespace}/configmaps/typed", "application/json").data)
     assert (one["kind"], one["apiVersion"]) == ("ConfigMap", "v1")  # a single object is typed
-    meta = json.loads(raw_get(api, f"/api/v1/namespaces/{namespace}/configmaps",
-                              "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1").data)
+    meta = json.loads(
+        raw_get(
+            api,
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        ).data
+    )
     assert all(i["kind"] == "PartialObjectMetadata" for i in meta["items"])
 
 
 def test_every_namespace_gets_the_root_ca_configmap_and_a_default_service_account(core, namespace):
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_config_map, namespace, field_selector="metadata.name=kube-root-ca.crt",
-                          timeout_seconds=60):
+    for event in w.stream(
+        core.list_namespaced_config_map, namespace, field_selector="metadata.name=kube-root-ca.crt", timeout_seconds=60
+    ):
         assert event["object"].data["ca.crt"].startswith("-----BEGIN CERTIFICATE-----")
         w.stop()
     assert core.read_namespaced_service_account("default", namespace).metadata.name == "default"

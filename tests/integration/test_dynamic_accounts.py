@@ -32,7 +32,7 @@ from scaleagent.hub.service import Hub
 from scaleagent.protocol import PROTOCOL_VERSION, pb, pb_grpc
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, free_port, write_yaml  # noqa: E402
+from helpers import AgentProcess, free_port, write_yaml
 
 T = TypeVar("T")
 DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
@@ -67,8 +67,9 @@ class RunningHub:
 
 @pytest.fixture
 async def hub(tmp_path) -> RunningHub:
-    cfg = HubConfig.model_validate({"server": {"grpcPort": 0, "httpPort": 0},
-                                    "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}})
+    cfg = HubConfig.model_validate(
+        {"server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}}
+    )
     h = Hub(cfg)
     await h.start()
     dispatcher = h.dispatcher
@@ -112,8 +113,13 @@ async def get(hub: RunningHub, path: str) -> tuple[int, Any]:
 
 def start_agent(agents: list[AgentProcess], tmp_path: Path, hub: RunningHub, accounts: list[dict], **top: Any) -> str:
     agent_id = f"agent-{uuid.uuid4().hex[:6]}"
-    doc = {"agentId": agent_id, "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1},
-           "server": {"port": 0}, "clouddriver": {"grpc": hub.grpc_target, "insecure": True}, **top}
+    doc = {
+        "agentId": agent_id,
+        "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1},
+        "server": {"port": 0},
+        "clouddriver": {"grpc": hub.grpc_target, "insecure": True},
+        **top,
+    }
     agents.append(AgentProcess(write_yaml(tmp_path / f"{agent_id}.yaml", doc), print_events=False))
     return agent_id
 
@@ -121,15 +127,18 @@ def start_agent(agents: list[AgentProcess], tmp_path: Path, hub: RunningHub, acc
 async def session_of(hub: RunningHub, agent_id: str) -> Session:
     async def find() -> Session | None:
         return next((s for s in hub.hub.registry.sessions.values() if s.agent_id == agent_id), None)
+
     return await until(hub, find, f"a session of {agent_id}")
 
 
-async def agent_account(hub: RunningHub, agent: AgentProcess, name: str, predicate: Callable[[dict], bool],
-                        what: str) -> dict:
+async def agent_account(
+    hub: RunningHub, agent: AgentProcess, name: str, predicate: Callable[[dict], bool], what: str
+) -> dict:
     async def probe() -> dict | None:
         doc = await asyncio.to_thread(agent.health)
         found = [a for a in doc["accounts"] if a["name"] == name]
         return found[0] if found and predicate(found[0]) else None
+
     return await until(hub, probe, what)
 
 
@@ -141,14 +150,17 @@ def kubeconfig(path: Path, **cluster: str) -> bytes:
 
 
 async def test_a_dynamic_account_is_followed_restarted_with_new_settings_and_let_go(
-        kubesim, core, namespace, hub, agents, tmp_path):
+    kubesim, core, namespace, hub, agents, tmp_path
+):
     core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="one")))
-    core.create_namespaced_secret(namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="s"),
-                                                             string_data={"k": "v"}))
+    core.create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="s"), string_data={"k": "v"})
+    )
     agent_id = start_agent(agents, tmp_path, hub, [])
     session = await session_of(hub, agent_id)
-    spec = DynamicAccountSpec("dyn", kubesim.admin().read_bytes(),
-                              properties={"namespaces": [namespace], "kinds": ["ConfigMap"]})
+    spec = DynamicAccountSpec(
+        "dyn", kubesim.admin().read_bytes(), properties={"namespaces": [namespace], "kinds": ["ConfigMap"]}
+    )
 
     assert await hub.dispatcher.add(session, [spec]) == {"dyn": (True, "")}
 
@@ -181,10 +193,15 @@ async def test_a_dynamic_account_is_followed_restarted_with_new_settings_and_let
 
 
 async def test_the_agent_refuses_what_it_cannot_follow_and_reports_what_fails_later(
-        kubesim, namespace, hub, agents, tmp_path, caplog):
+    kubesim, namespace, hub, agents, tmp_path, caplog
+):
     caplog.set_level(logging.DEBUG)
-    static = {"name": "static", "kubeConfigFile": str(kubesim.admin()), "namespaces": [namespace],
-              "kinds": ["ConfigMap"]}
+    static = {
+        "name": "static",
+        "kubeConfigFile": str(kubesim.admin()),
+        "namespaces": [namespace],
+        "kinds": ["ConfigMap"],
+    }
     agent_id = start_agent(agents, tmp_path, hub, [static])
     session = await session_of(hub, agent_id)
     admin = kubesim.admin().read_bytes()
@@ -203,19 +220,26 @@ async def test_the_agent_refuses_what_it_cannot_follow_and_reports_what_fails_la
     ]
     answers = await hub.dispatcher.add(session, specs)
 
-    assert answers["static"] == (False, "account 'static' is configured in this agent's configuration file; "
-                                        "the hub cannot replace it")
+    assert answers["static"] == (
+        False,
+        "account 'static' is configured in this agent's configuration file; the hub cannot replace it",
+    )
     assert answers["not valid!"][1].startswith("account 'not valid!': name: 'not valid!' is not a valid account name")
     assert answers["bad-yaml"][1].startswith("account 'bad-yaml': the kubeconfig line 2, column")
     assert "Expected object with name nope in kube-config/contexts list" in answers["no-context"][1]
-    assert answers["both-kinds"][1] == ("account 'both-kinds': omitKinds: cannot be combined with kinds: "
-                                        "give one list or the other")
+    assert answers["both-kinds"][1] == (
+        "account 'both-kinds': omitKinds: cannot be combined with kinds: give one list or the other"
+    )
     assert answers["typo"][1] == "account 'typo': namespace: unknown key (did you mean 'namespaces'?)"
     assert answers["unreachable"] == (True, "") and answers["bad-token"] == (True, "")
     assert [n for n, (ok, _) in answers.items() if ok] == ["unreachable", "bad-token"]
     key = yaml.safe_load(admin)["users"][0]["user"]["client-key-data"]
-    secrets = [key, base64.b64decode(key).decode().splitlines()[1], "not-a-token-kubesim-knows",
-               base64.b64encode(admin).decode()[:80]]
+    secrets = [
+        key,
+        base64.b64decode(key).decode().splitlines()[1],
+        "not-a-token-kubesim-knows",
+        base64.b64encode(admin).decode()[:80],
+    ]
     assert not any(s in reason for _, reason in answers.values() for s in secrets)
 
     agent = agents[0]
@@ -245,8 +269,9 @@ async def test_an_agent_with_dynamic_accounts_disabled_refuses_them(kubesim, hub
     session = await session_of(hub, agent_id)
     assert session.dynamic_accounts_enabled is False
     assert hub.dispatcher.sessions() == []
-    answers = await hub.dispatcher.add(session, [DynamicAccountSpec("d", kubesim.admin().read_bytes()),
-                                                      DynamicAccountSpec("sa", None)])
+    answers = await hub.dispatcher.add(
+        session, [DynamicAccountSpec("d", kubesim.admin().read_bytes()), DynamicAccountSpec("sa", None)]
+    )
     assert answers == {"d": (False, DISABLED), "sa": (False, DISABLED)}
     health = await asyncio.to_thread(agents[0].health)
     assert health["accounts"] == []
@@ -261,8 +286,11 @@ class BareAgent:
         self.call = pb_grpc.AgentLinkStub(self.channel).Caching()
 
     async def hello(self, agent_id: str) -> None:
-        await self.call.write(pb.CachingMessage(hello=pb.Hello(
-            protocol_version=PROTOCOL_VERSION, agent_id=agent_id, dynamic_accounts_enabled=True)))
+        await self.call.write(
+            pb.CachingMessage(
+                hello=pb.Hello(protocol_version=PROTOCOL_VERSION, agent_id=agent_id, dynamic_accounts_enabled=True)
+            )
+        )
         assert (await self.call.read()).HasField("welcome")
 
     async def request(self) -> pb.CachingControl:
@@ -282,29 +310,44 @@ async def test_requests_fail_per_account_on_partial_answers_silence_and_disconne
         assert hub.dispatcher.sessions() == [session]
         assert hub.dispatcher.sessions(zone_id="elsewhere") == []
         content = b"apiVersion: v1\nkind: Config\n"
-        adding = asyncio.create_task(hub.dispatcher.add(session, [
-            DynamicAccountSpec("a", content, context="c", properties={"namespaces": ["x"]}),
-            DynamicAccountSpec("b", None)]))
+        adding = asyncio.create_task(
+            hub.dispatcher.add(
+                session,
+                [
+                    DynamicAccountSpec("a", content, context="c", properties={"namespaces": ["x"]}),
+                    DynamicAccountSpec("b", None),
+                ],
+            )
+        )
         sent = (await bare.request()).add_accounts
         a, b = sent.accounts
         assert base64.b64decode(a.kubeconfig_base64) == content and a.context == "c"
         assert dict(a.properties)["namespaces"][0] == "x" and b.kubeconfig_base64 == ""
-        await bare.call.write(pb.CachingMessage(accounts_answer=pb.AccountsAnswer(
-            request_id=sent.request_id, answers=[pb.AccountAnswer(name="a", accepted=True),
-                                                 pb.AccountAnswer(name="zz", accepted=True)])))
+        await bare.call.write(
+            pb.CachingMessage(
+                accounts_answer=pb.AccountsAnswer(
+                    request_id=sent.request_id,
+                    answers=[pb.AccountAnswer(name="a", accepted=True), pb.AccountAnswer(name="zz", accepted=True)],
+                )
+            )
+        )
         assert await adding == {"a": (True, ""), "b": (False, NO_ANSWER)}
 
         # An answer to another request id is not taken for this one; silence ends in a timeout.
         deleting = asyncio.create_task(hub.dispatcher.delete(session, ["a"], timeout=0.5))
         sent_delete = (await bare.request()).delete_accounts
         assert list(sent_delete.names) == ["a"]
-        await bare.call.write(pb.CachingMessage(accounts_answer=pb.AccountsAnswer(
-            request_id="someone-else", answers=[pb.AccountAnswer(name="a", accepted=True)])))
+        await bare.call.write(
+            pb.CachingMessage(
+                accounts_answer=pb.AccountsAnswer(
+                    request_id="someone-else", answers=[pb.AccountAnswer(name="a", accepted=True)]
+                )
+            )
+        )
         assert await deleting == {"a": (False, "agent bare did not answer within 0.5s")}
 
         # A session that ends fails what it has not answered at once, not at the timeout.
-        pending = asyncio.create_task(hub.dispatcher.add(session, [DynamicAccountSpec("c", None)],
-                                                              timeout=3600))
+        pending = asyncio.create_task(hub.dispatcher.add(session, [DynamicAccountSpec("c", None)], timeout=3600))
         await bare.request()
         await bare.close()
         assert await pending == {"c": (False, "agent bare disconnected before answering")}

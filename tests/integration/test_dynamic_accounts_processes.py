@@ -7,15 +7,14 @@ import base64
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from cryptography.fernet import Fernet
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent))
-from helpers import AgentProcess, HubProcess, write_yaml  # noqa: E402
-from test_hub_accounts import run_curl, seed_curl  # noqa: E402
+from helpers import AgentProcess, HubProcess, write_yaml
+from test_hub_accounts import run_curl, seed_curl
 
 SEED_ZONE = "agent-1_namespace1"
 
@@ -28,7 +27,11 @@ def in_cluster_env(kubesim, tmp_path: Path) -> dict[str, str]:
     (sa / "token").write_text(limited["users"][0]["user"]["token"])
     (sa / "ca.crt").write_bytes(base64.b64decode(limited["clusters"][0]["cluster"]["certificate-authority-data"]))
     host, port = limited["clusters"][0]["cluster"]["server"].removeprefix("https://").rsplit(":", 1)
-    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port, "SCALE_AGENT_SERVICE_ACCOUNT_DIR": str(sa)}
+    return {
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": port,
+        "SCALE_AGENT_SERVICE_ACCOUNT_DIR": str(sa),
+    }
 
 
 def kubeconfig_secret(kubesim) -> None:
@@ -39,8 +42,10 @@ def kubeconfig_secret(kubesim) -> None:
     except client.ApiException as e:
         if e.status != 409:
             raise
-    body = client.V1Secret(metadata=client.V1ObjectMeta(name="kubeconfig"),
-                           data={"config": base64.b64encode(kubesim.admin(1).read_bytes()).decode()})
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name="kubeconfig"),
+        data={"config": base64.b64encode(kubesim.admin(1).read_bytes()).decode()},
+    )
     try:
         core.create_namespaced_secret("spinnaker", body)
     except client.ApiException as e:
@@ -51,16 +56,31 @@ def kubeconfig_secret(kubesim) -> None:
 
 async def test_the_seeds_requests_bring_accounts_to_active_with_their_objects_cached(db_url, kubesim, tmp_path):
     kubeconfig_secret(kubesim)
-    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
-        "kubernetes": {"kubeconfigFile": str(kubesim.admin(0))},
-        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()}}))
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "kubernetes": {"kubeconfigFile": str(kubesim.admin(0))},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
+            },
+        )
+    )
     agent = None
     try:
-        agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
-            "zoneId": SEED_ZONE, "server": {"port": 0},
-            "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
-            in_cluster_env(kubesim, tmp_path), print_events=False)
+        agent = AgentProcess(
+            write_yaml(
+                tmp_path / "agent.yaml",
+                {
+                    "zoneId": SEED_ZONE,
+                    "server": {"port": 0},
+                    "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True},
+                },
+            ),
+            in_cluster_env(kubesim, tmp_path),
+            print_events=False,
+        )
         agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         port = int(hub.url.rsplit(":", 1)[1])
 
@@ -69,8 +89,11 @@ async def test_the_seeds_requests_bring_accounts_to_active_with_their_objects_ca
         status, _ = await run_curl(seed_curl("PATCH"), port)
         assert status == 202
 
-        accounts = hub.wait_until("/armory/accounts", lambda d: {a["name"]: a["state"] for a in d} == {
-            "account-01": "ACTIVE", "account-02": "ACTIVE"}, what="both accounts ACTIVE")
+        accounts = hub.wait_until(
+            "/armory/accounts",
+            lambda d: {a["name"]: a["state"] for a in d} == {"account-01": "ACTIVE", "account-02": "ACTIVE"},
+            what="both accounts ACTIVE",
+        )
         assert {a["name"]: a["zoneId"] for a in accounts} == {"account-01": SEED_ZONE, "account-02": SEED_ZONE}
         one = hub.json("/agents/kubernetes/accounts/account-02")
         assert one["kubeHost"] == kubesim.urls[1]
@@ -86,17 +109,32 @@ async def test_the_seeds_requests_bring_accounts_to_active_with_their_objects_ca
         hub.stop()
 
 
-async def test_an_account_whose_agent_is_gone_is_orphaned_and_comes_back_with_the_next_agent(db_url, kubesim,
-                                                                                           tmp_path):
-    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url}, "sessions": {"graceSeconds": 1},
-        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()}}))
+async def test_an_account_whose_agent_is_gone_is_orphaned_and_comes_back_with_the_next_agent(db_url, kubesim, tmp_path):
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "sessions": {"graceSeconds": 1},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
+            },
+        )
+    )
     agents: list[AgentProcess] = []
 
     def agent() -> AgentProcess:
-        a = AgentProcess(write_yaml(tmp_path / f"agent-{len(agents)}.yaml", {
-            "zoneId": "east", "server": {"port": 0},
-            "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}), print_events=False)
+        a = AgentProcess(
+            write_yaml(
+                tmp_path / f"agent-{len(agents)}.yaml",
+                {
+                    "zoneId": "east",
+                    "server": {"port": 0},
+                    "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True},
+                },
+            ),
+            print_events=False,
+        )
         agents.append(a)
         a.wait_health(lambda d: d["hub"]["state"] == "connected", what="an agent connected")
         return a
@@ -133,17 +171,32 @@ async def _call(port: int, method: str, body) -> tuple[int, object]:
 async def test_an_intercepted_account_management_request_becomes_an_active_account(db_url, kubesim, tmp_path):
     import aiohttp
 
-    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
-        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "interceptor": {"enabled": True}}}))
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "interceptor": {"enabled": True}},
+            },
+        )
+    )
     agent = None
     try:
-        agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
-            "server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
-            print_events=False)
+        agent = AgentProcess(
+            write_yaml(
+                tmp_path / "agent.yaml",
+                {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+            ),
+            print_events=False,
+        )
         agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
-        body = {"type": "kubernetes", "name": "from-spinnaker", "kubeconfigFile": str(kubesim.admin(1)),
-                "kinds": ["Namespace"]}
+        body = {
+            "type": "kubernetes",
+            "name": "from-spinnaker",
+            "kubeconfigFile": str(kubesim.admin(1)),
+            "kinds": ["Namespace"],
+        }
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{hub.url}/credentials", json=body) as r:
                 assert r.status == 200, await r.text()
@@ -155,25 +208,40 @@ async def test_an_intercepted_account_management_request_becomes_an_active_accou
         hub.stop()
 
 
-async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_max_retries(db_url, kubesim,
-                                                                                          tmp_path):
+async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_max_retries(db_url, kubesim, tmp_path):
     from helpers import free_port
 
     unreachable = yaml.safe_load(kubesim.admin(0).read_text())
     unreachable["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     write_yaml(tmp_path / "closed.yaml", unreachable)
-    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
-        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 0.2,
-                            "maxRetries": 2}}))
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {
+                    "encryptionKey": Fernet.generate_key().decode(),
+                    "retryFrequencySeconds": 0.2,
+                    "maxRetries": 2,
+                },
+            },
+        )
+    )
     agent = None
     try:
-        agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
-            "server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
-            print_events=False)
+        agent = AgentProcess(
+            write_yaml(
+                tmp_path / "agent.yaml",
+                {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+            ),
+            print_events=False,
+        )
         agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         port = int(hub.url.rsplit(":", 1)[1])
-        assert (await _call(port, "POST", [{"name": "down", "kubeconfigFile": str(tmp_path / "closed.yaml")}]))[0] == 201
+        assert (await _call(port, "POST", [{"name": "down", "kubeconfigFile": str(tmp_path / "closed.yaml")}]))[
+            0
+        ] == 201
         assert (await _call(port, "PATCH", [{"name": "down", "state": "ACTIVE"}]))[0] == 202
         hub.wait_log(r"account down FAILED \(failure 3\): .*no retries left", what="the last failure")
         row = hub.json("/agents/kubernetes/accounts/down")
@@ -181,8 +249,11 @@ async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_
         assert len([line for line in hub.log if "account down: retrying" in line]) == 2
         # A manual PATCH to ACTIVE starts over.
         assert (await _call(port, "PATCH", [{"name": "down", "state": "ACTIVE"}]))[0] == 202
-        hub.wait_until("/agents/kubernetes/accounts/down", lambda d: d["failedCount"] in (0, 1)
-                       and d["state"] in ("TO_MIGRATE", "ACTIVATING", "FAILED"), what="the count reset")
+        hub.wait_until(
+            "/agents/kubernetes/accounts/down",
+            lambda d: d["failedCount"] in (0, 1) and d["state"] in ("TO_MIGRATE", "ACTIVATING", "FAILED"),
+            what="the count reset",
+        )
     finally:
         if agent is not None:
             agent.stop()

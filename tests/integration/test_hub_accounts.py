@@ -75,9 +75,16 @@ class ScriptedAgent:
     session: Session | None = None
 
     def connect(self) -> ScriptedAgent:
-        self.session = self.registry.open(Session(
-            agent_id=self.agent_id, zone_id=self.zone_id, agent_version="test", peer="test", replica="r",
-            dynamic_accounts_enabled=self.dynamic))
+        self.session = self.registry.open(
+            Session(
+                agent_id=self.agent_id,
+                zone_id=self.zone_id,
+                agent_version="test",
+                peer="test",
+                replica="r",
+                dynamic_accounts_enabled=self.dynamic,
+            )
+        )
         self.session.control = self._control
         return self
 
@@ -112,9 +119,17 @@ class ScriptedAgent:
 
     def describe(self, name: str, state: str, reason: str = "") -> None:
         assert self.session is not None
-        self.registry.describe(self.session, name, api_host=f"https://{name}.clusters.test:6443",
-                               fingerprint="AB:CD", server_version="v1.30.0", agent_state=state, reason=reason,
-                               kinds=["ConfigMap"], properties={})
+        self.registry.describe(
+            self.session,
+            name,
+            api_host=f"https://{name}.clusters.test:6443",
+            fingerprint="AB:CD",
+            server_version="v1.30.0",
+            agent_state=state,
+            reason=reason,
+            kinds=["ConfigMap"],
+            properties={},
+        )
 
     def _removed(self, request_id: str, answers: list[pb.AccountAnswer], names: list[str]) -> None:
         assert self.session is not None
@@ -134,14 +149,23 @@ class ScriptedAgent:
 class Hub:
     """The hub's accounts half on a real database, with its REST API on a real socket."""
 
-    def __init__(self, db_url: str, kubeconfig: Path, key: str, *, grace: float = 60.0,
-                 retry_every: float = 3600.0, max_retries: int = 3) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        kubeconfig: Path,
+        key: str,
+        *,
+        grace: float = 60.0,
+        retry_every: float = 3600.0,
+        max_retries: int = 3,
+    ) -> None:
         self.db_url = db_url
         self.kubeconfig = kubeconfig
         self.key = key
         self.grace = grace
-        self.settings = DynamicAccountsConfig(retry_frequency_seconds=retry_every, max_retries=max_retries,
-                                              agent_timeout_seconds=5.0)
+        self.settings = DynamicAccountsConfig(
+            retry_frequency_seconds=retry_every, max_retries=max_retries, agent_timeout_seconds=5.0
+        )
         self.agents: list[ScriptedAgent] = []
 
     async def start(self) -> Hub:
@@ -149,9 +173,14 @@ class Hub:
         self.registry = Registry(Cache(), grace_seconds=self.grace, replica="r", store=self.store)
         await self.registry.start()
         self.dispatcher = AccountDispatcher(self.registry)
-        self.service = AccountsService(self.store, self.registry, self.dispatcher, config=self.settings,
-                                       box=SecretBox(parse_keys(self.key)),
-                                       resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig))
+        self.service = AccountsService(
+            self.store,
+            self.registry,
+            self.dispatcher,
+            config=self.settings,
+            box=SecretBox(parse_keys(self.key)),
+            resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig),
+        )
         await self.service.start()
         app = FastAPI()
         app.include_router(accounts_router(self.service))
@@ -181,8 +210,9 @@ class Hub:
 
     async def call(self, method: str, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
         data = body if isinstance(body, str | bytes) or body is None else json.dumps(body)
-        async with self.http.request(method, self.url + path, data=data, params=params or None,
-                                     headers={"Content-Type": "application/json"}) as r:
+        async with self.http.request(
+            method, self.url + path, data=data, params=params or None, headers={"Content-Type": "application/json"}
+        ) as r:
             return r.status, await r.json()
 
     async def row(self, name: str) -> AccountRow | None:
@@ -228,8 +258,9 @@ def secret(core: Any, namespace: str, name: str, data: dict[str, bytes]) -> None
     except ApiException as e:
         if e.status != 409:
             raise
-    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name),
-                           data={k: base64.b64encode(v).decode() for k, v in data.items()})
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name), data={k: base64.b64encode(v).decode() for k, v in data.items()}
+    )
     try:
         core.create_namespaced_secret(namespace, body)
     except ApiException as e:
@@ -249,10 +280,13 @@ def seed_curl(method: str) -> str:
 
 async def run_curl(command: str, port: int) -> tuple[int, Any]:
     """Run a curl command as written, sending its host:7002 to our server instead."""
-    extra = (f" --connect-to clouddriver:7002:127.0.0.1:{port} --connect-to localhost:7002:127.0.0.1:{port}"
-             " -sS -w '\\n%{http_code}'")
-    proc = await asyncio.create_subprocess_exec("bash", "-c", command.rstrip() + extra,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    extra = (
+        f" --connect-to clouddriver:7002:127.0.0.1:{port} --connect-to localhost:7002:127.0.0.1:{port}"
+        " -sS -w '\\n%{http_code}'"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", command.rstrip() + extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     body, _, status = out.decode().rpartition("\n")
@@ -272,19 +306,21 @@ async def stored_blob(db_url: str, name: str) -> bytes | None:
 # --- the seeds' examples ------------------------------------------------------------------------
 
 
-async def test_the_seeds_curl_requests_work_verbatim(hub: Hub, core: Any, kubesim: Any, db_url: str,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_seeds_curl_requests_work_verbatim(
+    hub: Hub, core: Any, kubesim: Any, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     kubeconfig = kubesim.admin(1).read_bytes()  # account-02's cluster
     secret(core, "spinnaker", "kubeconfig", {"config": kubeconfig})
-    plain = hub.agent("agent-0")                       # no zone: account-01 may go to it
-    zoned = hub.agent("agent-1", zone_id=SEED_ZONE)    # account-02's zone
+    plain = hub.agent("agent-0")  # no zone: account-01 may go to it
+    zoned = hub.agent("agent-1", zone_id=SEED_ZONE)  # account-02's zone
 
     status, created = await run_curl(seed_curl("POST"), hub.port)
     assert status == 201
     assert [(a["name"], a["state"], a["zoneId"], a["kubeconfigFile"]) for a in created] == [
         ("account-01", "INACTIVE", None, None),
-        ("account-02", "INACTIVE", SEED_ZONE, "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker")]
+        ("account-02", "INACTIVE", SEED_ZONE, "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"),
+    ]
     assert not plain.added and not zoned.added  # creating sends nothing
 
     status, patched = await run_curl(seed_curl("PATCH"), hub.port)
@@ -340,33 +376,63 @@ async def test_a_zone_sends_to_every_agent_of_that_zone_and_no_other(hub: Hub) -
 # --- validation: nothing is partly applied ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "status", "message"), [
-    ([{"name": "ok-1"}, {"name": "ok-2", "zoneID": "z"}], 400,
-     "accounts[1] ('ok-2'): zoneID: unknown field (did you mean 'zoneId'?)"),
-    ([{"name": "ok-1"}, {"name": "ok-2", "zoneId": 5}], 400,
-     "accounts[1] ('ok-2'): zoneId: expected a string, got a number (5)"),
-    ([{"name": "ok-1"}, {"name": "ok-1"}], 400,
-     "accounts[1] ('ok-1'): the name 'ok-1' is also accounts[0]: each account may appear once per request"),
-    ([{"name": "ok-1"}, {"name": "-bad name"}], 400,
-     "accounts[1] ('-bad name'): name: '-bad name' is not a valid account name: use 1-253 letters, digits, '-', "
-     "'_' or '.', starting and ending with a letter or digit"),
-    ([{"name": "ok-1"}, {"zoneId": "z"}], 400, "accounts[1]: name: required"),
-    ([{"name": "ok-1"}, "ok-2"], 400,
-     "accounts[1]: expected an object such as {\"name\": \"account-01\"}, got a string ('ok-2')"),
-    ([{"name": "ok-1", "state": "ACTIVE"}], 400, "accounts[0] ('ok-1'): state: unknown field"),
-    ([{"name": "ok-1", "namespaces": ["web"], "omitNamespaces": ["kube-system"]}], 400,
-     "accounts[0] ('ok-1'): namespaces and omitNamespaces cannot be combined: give one list or the other"),
-    ([{"name": "ok-1", "namespaces": ["Web"]}], 400, "accounts[0] ('ok-1'): namespaces: 'Web' is not a namespace name"),
-    ([{"name": "ok-1", "kinds": ["Deployment", 3]}], 400,
-     "accounts[0] ('ok-1'): kinds[1]: expected a string, got a number (3)"),
-    ([{"name": "ok-1", "kubeconfigFile": "encryptedFile:k8s!n:kc"}], 400,
-     "accounts[0] ('ok-1'): kubeconfigFile: 'encryptedFile:k8s!n:kc': the key is missing (k:<key>)"),
-    ([{"name": "ok-1", "context": "c"}], 400,
-     "accounts[0] ('ok-1'): context only applies with a kubeconfigFile"),
-    ({"name": "ok-1"}, 400, "the body must be a JSON list of accounts, got an object"),
-    ([], 400, "the body is an empty list: give at least one account"),
-    ('[{"name": "ok-1"}', 400, "the body is not valid JSON (unexpected end of data at line 1, column 18)"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        (
+            [{"name": "ok-1"}, {"name": "ok-2", "zoneID": "z"}],
+            400,
+            "accounts[1] ('ok-2'): zoneID: unknown field (did you mean 'zoneId'?)",
+        ),
+        (
+            [{"name": "ok-1"}, {"name": "ok-2", "zoneId": 5}],
+            400,
+            "accounts[1] ('ok-2'): zoneId: expected a string, got a number (5)",
+        ),
+        (
+            [{"name": "ok-1"}, {"name": "ok-1"}],
+            400,
+            "accounts[1] ('ok-1'): the name 'ok-1' is also accounts[0]: each account may appear once per request",
+        ),
+        (
+            [{"name": "ok-1"}, {"name": "-bad name"}],
+            400,
+            "accounts[1] ('-bad name'): name: '-bad name' is not a valid account name: use 1-253 letters, digits, '-', "
+            "'_' or '.', starting and ending with a letter or digit",
+        ),
+        ([{"name": "ok-1"}, {"zoneId": "z"}], 400, "accounts[1]: name: required"),
+        (
+            [{"name": "ok-1"}, "ok-2"],
+            400,
+            'accounts[1]: expected an object such as {"name": "account-01"}, got a string (\'ok-2\')',
+        ),
+        ([{"name": "ok-1", "state": "ACTIVE"}], 400, "accounts[0] ('ok-1'): state: unknown field"),
+        (
+            [{"name": "ok-1", "namespaces": ["web"], "omitNamespaces": ["kube-system"]}],
+            400,
+            "accounts[0] ('ok-1'): namespaces and omitNamespaces cannot be combined: give one list or the other",
+        ),
+        (
+            [{"name": "ok-1", "namespaces": ["Web"]}],
+            400,
+            "accounts[0] ('ok-1'): namespaces: 'Web' is not a namespace name",
+        ),
+        (
+            [{"name": "ok-1", "kinds": ["Deployment", 3]}],
+            400,
+            "accounts[0] ('ok-1'): kinds[1]: expected a string, got a number (3)",
+        ),
+        (
+            [{"name": "ok-1", "kubeconfigFile": "encryptedFile:k8s!n:kc"}],
+            400,
+            "accounts[0] ('ok-1'): kubeconfigFile: 'encryptedFile:k8s!n:kc': the key is missing (k:<key>)",
+        ),
+        ([{"name": "ok-1", "context": "c"}], 400, "accounts[0] ('ok-1'): context only applies with a kubeconfigFile"),
+        ({"name": "ok-1"}, 400, "the body must be a JSON list of accounts, got an object"),
+        ([], 400, "the body is an empty list: give at least one account"),
+        ('[{"name": "ok-1"}', 400, "the body is not valid JSON (unexpected end of data at line 1, column 18)"),
+    ],
+)
 async def test_an_invalid_create_is_refused_whole(hub: Hub, body: Any, status: int, message: str) -> None:
     got, answer = await hub.call("POST", "/armory/accounts", body)
     assert (got, answer["status"]) == (status, status)
@@ -398,23 +464,31 @@ async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "nope"}])
     assert (status, answer["error"]) == (404, "no account named 'nope'")
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "state": "RUNNING"}])
-    assert (status, answer["error"]) == (400, "accounts[0] ('a'): state: must be ACTIVE or INACTIVE, got a string ('RUNNING')")
-    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "namespaces": ["x"]},
-                                                                  {"name": "a", "state": "ACTIVE"}])
+    assert (status, answer["error"]) == (
+        400,
+        "accounts[0] ('a'): state: must be ACTIVE or INACTIVE, got a string ('RUNNING')",
+    )
+    status, answer = await hub.call(
+        "PATCH", "/armory/accounts", [{"name": "a", "namespaces": ["x"]}, {"name": "a", "state": "ACTIVE"}]
+    )
     assert status == 400 and "each account may appear once per request" in answer["error"]
-    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z", "kubeconfigFile": None,
-                                                                   "context": "c"}])
+    status, answer = await hub.call(
+        "PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z", "kubeconfigFile": None, "context": "c"}]
+    )
     assert status == 400 and "context only applies with a kubeconfigFile" in answer["error"]
     assert await hub.service.list_accounts() == before
 
     await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "state": "ACTIVE"}])
     await hub.state("busy", "ACTIVATING")
     before = await hub.service.list_accounts()
-    status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"},
-                                                                  {"name": "busy", "state": "ACTIVE"}])
+    status, answer = await hub.call(
+        "PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "busy", "state": "ACTIVE"}]
+    )
     assert status == 409
-    assert answer["error"] == ("account 'busy' cannot go from ACTIVATING to TO_MIGRATE: a migration is already in "
-                               "progress; wait until it is ACTIVE or FAILED")
+    assert answer["error"] == (
+        "account 'busy' cannot go from ACTIVATING to TO_MIGRATE: a migration is already in "
+        "progress; wait until it is ACTIVE or FAILED"
+    )
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "namespaces": ["web"]}])
     assert status == 409 and "its settings cannot change while it is ACTIVATING" in answer["error"]
     assert await hub.service.list_accounts() == before
@@ -422,11 +496,19 @@ async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
 
 async def test_settings_change_and_merge(hub: Hub) -> None:
     await hub.call("POST", "/armory/accounts", [{"name": "s", "namespaces": ["web"], "kinds": ["Deployment"]}])
-    status, [view] = await hub.call("PATCH", "/armory/accounts", [{"name": "s", "zoneId": "eu", "namespaces": None,
-                                                                   "omitNamespaces": ["kube-system"]}])
+    status, [view] = await hub.call(
+        "PATCH",
+        "/armory/accounts",
+        [{"name": "s", "zoneId": "eu", "namespaces": None, "omitNamespaces": ["kube-system"]}],
+    )
     assert status == 202
     assert (view["state"], view["zoneId"], view.get("namespaces"), view["omitNamespaces"], view["kinds"]) == (
-        "INACTIVE", "eu", None, ["kube-system"], ["Deployment"])
+        "INACTIVE",
+        "eu",
+        None,
+        ["kube-system"],
+        ["Deployment"],
+    )
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "s", "namespaces": ["web"]}])
     assert status == 400 and "namespaces and omitNamespaces cannot be combined" in answer["error"]
 
@@ -438,19 +520,30 @@ async def test_an_unresolvable_reference_fails_that_account_not_the_request(hub:
     namespace = f"ns-{uuid.uuid4().hex[:6]}"
     secret(core, namespace, "kc", {"other": b"x"})
     agent = hub.agent("agent-0")
-    await hub.call("POST", "/armory/accounts", [
-        {"name": "good"}, {"name": "no-key", "kubeconfigFile": f"encryptedFile:k8s!n:kc!k:config!ns:{namespace}"},
-        {"name": "no-file", "kubeconfigFile": "/nonexistent/kubeconfig"}])
-    status, _ = await hub.call("PATCH", "/armory/accounts", [{"name": n, "state": "ACTIVE"}
-                                                             for n in ("good", "no-key", "no-file")])
+    await hub.call(
+        "POST",
+        "/armory/accounts",
+        [
+            {"name": "good"},
+            {"name": "no-key", "kubeconfigFile": f"encryptedFile:k8s!n:kc!k:config!ns:{namespace}"},
+            {"name": "no-file", "kubeconfigFile": "/nonexistent/kubeconfig"},
+        ],
+    )
+    status, _ = await hub.call(
+        "PATCH", "/armory/accounts", [{"name": n, "state": "ACTIVE"} for n in ("good", "no-key", "no-file")]
+    )
     assert status == 202
     await hub.state("good", "ACTIVE")
     row = await hub.state("no-key", "FAILED")
-    assert row.error_message == f"cannot resolve kubeconfigFile: secret {namespace}/kc: has no key 'config' (its keys: 'other')"
+    assert (
+        row.error_message
+        == f"cannot resolve kubeconfigFile: secret {namespace}/kc: has no key 'config' (its keys: 'other')"
+    )
     assert row.failed_count == 1 and row.kubeconfig_encrypted is None
     row = await hub.state("no-file", "FAILED")
-    assert row.error_message == ("cannot resolve kubeconfigFile: kubeconfig file /nonexistent/kubeconfig: the file does "
-                                 "not exist on the hub")
+    assert row.error_message == (
+        "cannot resolve kubeconfigFile: kubeconfig file /nonexistent/kubeconfig: the file does not exist on the hub"
+    )
     assert [a.name for a in agent.added] == ["good"]
 
 
@@ -471,8 +564,10 @@ async def test_no_agent_to_take_it(hub: Hub) -> None:
     hub.agent("earthling", zone_id="earth")
     await hub.call("PATCH", "/armory/accounts", [{"name": "alone", "state": "ACTIVE"}])
     row = await hub.state("alone", "FAILED")
-    assert row.error_message == ("no agent in zone 'mars' that accepts dynamic accounts is connected to this hub "
-                                 "(connected: earthling (zone 'earth'))")
+    assert row.error_message == (
+        "no agent in zone 'mars' that accepts dynamic accounts is connected to this hub "
+        "(connected: earthling (zone 'earth'))"
+    )
 
 
 async def test_every_agent_refusing_is_a_failure_naming_each(hub: Hub) -> None:
@@ -481,12 +576,15 @@ async def test_every_agent_refusing_is_a_failure_naming_each(hub: Hub) -> None:
     await hub.call("POST", "/armory/accounts", [{"name": "x"}])
     await hub.call("PATCH", "/armory/accounts", [{"name": "x", "state": "ACTIVE"}])
     row = await hub.state("x", "FAILED")
-    assert row.error_message == ("no agent took the account: agent a1: dynamic accounts are disabled; "
-                                 "agent a2: account 'x' is in my configuration file")
+    assert row.error_message == (
+        "no agent took the account: agent a1: dynamic accounts are disabled; "
+        "agent a2: account 'x' is in my configuration file"
+    )
 
 
-async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_starts_over(db_url: str,
-                                                                                         kubesim: Any) -> None:
+async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_starts_over(
+    db_url: str, kubesim: Any
+) -> None:
     hub = await Hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=2).start()
     try:
         agent = hub.agent("agent-0", default="error:forbidden: cannot list namespaces")
@@ -558,15 +656,18 @@ async def test_delete_tells_the_agent_then_deletes_the_rows(hub: Hub) -> None:
     assert await hub.service.list_accounts() == []
     assert (await hub.call("GET", "/agents/kubernetes/accounts/x1"))[0] == 404
     status, answer = await hub.call("DELETE", "/armory/accounts", '"x1"')
-    assert (status, answer["error"]) == (400, "the body must be a non-empty JSON list of account names, got a "
-                                              "string ('x1')")
+    assert (status, answer["error"]) == (
+        400,
+        "the body must be a non-empty JSON list of account names, got a string ('x1')",
+    )
 
 
 # --- orphans and restarts -----------------------------------------------------------------------
 
 
-async def test_an_orphaned_account_comes_back_when_an_agent_of_its_zone_connects(db_url: str, kubesim: Any,
-                                                                               tmp_path: Path) -> None:
+async def test_an_orphaned_account_comes_back_when_an_agent_of_its_zone_connects(
+    db_url: str, kubesim: Any, tmp_path: Path
+) -> None:
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
     hub = await Hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
@@ -605,8 +706,9 @@ async def test_an_orphan_goes_at_once_to_another_connected_agent(db_url: str, ku
         await hub.stop()
 
 
-async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_connect(db_url: str, kubesim: Any,
-                                                                                     tmp_path: Path) -> None:
+async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_connect(
+    db_url: str, kubesim: Any, tmp_path: Path
+) -> None:
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
     key = generate_key()
@@ -614,7 +716,9 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
     try:
         hub.agent("agent-0", behaviour={"stuck": "silent"})
         await hub.call("POST", "/armory/accounts", [{"name": "kept", "kubeconfigFile": str(path)}, {"name": "stuck"}])
-        await hub.call("PATCH", "/armory/accounts", [{"name": "kept", "state": "ACTIVE"}, {"name": "stuck", "state": "ACTIVE"}])
+        await hub.call(
+            "PATCH", "/armory/accounts", [{"name": "kept", "state": "ACTIVE"}, {"name": "stuck", "state": "ACTIVE"}]
+        )
         await hub.state("kept", "ACTIVE")
         await hub.state("stuck", "ACTIVATING")
     finally:
@@ -624,7 +728,10 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
     try:
         assert {"kept", "stuck"} <= again.registry.managed
         row = await again.row("stuck")  # half done by the previous run: failed, so that it is retried
-        assert (row.state, row.error_message) == ("FAILED", "the hub restarted during the migration; it will be retried")
+        assert (row.state, row.error_message) == (
+            "FAILED",
+            "the hub restarted during the migration; it will be retried",
+        )
         assert (await again.row("kept")).state == "ACTIVE"
         agent = again.agent("agent-0")
         await again.until("kept", lambda r: agent.added and agent.added[-1].name == "kept", "sent again")
@@ -639,9 +746,16 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
 
 
 async def test_list_filters(hub: Hub) -> None:
-    await hub.call("POST", "/armory/accounts", [
-        {"name": "prod-eu", "zoneId": "eu"}, {"name": "prod-us", "zoneId": "us"}, {"name": "dev-eu", "zoneId": "eu"},
-        {"name": "nozone"}])
+    await hub.call(
+        "POST",
+        "/armory/accounts",
+        [
+            {"name": "prod-eu", "zoneId": "eu"},
+            {"name": "prod-us", "zoneId": "us"},
+            {"name": "dev-eu", "zoneId": "eu"},
+            {"name": "nozone"},
+        ],
+    )
     await hub.store.upsert_account("file-account", state="ACTIVE")  # an agent's own: not listed here
 
     async def names(**params: Any) -> list[str]:
@@ -657,14 +771,29 @@ async def test_list_filters(hub: Hub) -> None:
     assert await names(state="INACTIVE,FAILED", zoneId="us") == ["prod-us"]
     assert await names(state="ACTIVE") == []
     status, body = await hub.call("GET", "/armory/accounts", state="RUNNING")
-    assert (status, body["error"]) == (400, "state: 'RUNNING' is not an account state; use INACTIVE, ACTIVE, FAILED, "
-                                            "ORPHANED, TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING")
+    assert (status, body["error"]) == (
+        400,
+        "state: 'RUNNING' is not an account state; use INACTIVE, ACTIVE, FAILED, "
+        "ORPHANED, TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING",
+    )
     status, body = await hub.call("GET", "/agents/kubernetes/accounts/file-account")
-    assert (status, body["error"]) == (404, "'file-account' is configured in an agent's own file, not a dynamic "
-                                            "account: change it there")
+    assert (status, body["error"]) == (
+        404,
+        "'file-account' is configured in an agent's own file, not a dynamic account: change it there",
+    )
     view = (await hub.call("GET", "/armory/accounts/prod-eu"))[1]
-    assert set(view) == {"name", "state", "zoneId", "kubeconfigFile", "errorMessage", "failedCount", "agentId",
-                         "kubeHost", "createdAt", "updatedAt"}
+    assert set(view) == {
+        "name",
+        "state",
+        "zoneId",
+        "kubeconfigFile",
+        "errorMessage",
+        "failedCount",
+        "agentId",
+        "kubeHost",
+        "createdAt",
+        "updatedAt",
+    }
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", view["createdAt"])
 
 
@@ -676,8 +805,11 @@ def test_the_api_documents_its_bodies() -> None:
     schema = post["requestBody"]["content"]["application/json"]["schema"]
     assert schema["type"] == "array" and schema["items"]["required"] == ["name"]
     assert schema["items"]["additionalProperties"] is False
-    assert set(doc["paths"]) == {"/armory/accounts", "/armory/accounts/{accountName}",
-                                 "/agents/kubernetes/accounts/{accountName}"}
+    assert set(doc["paths"]) == {
+        "/armory/accounts",
+        "/armory/accounts/{accountName}",
+        "/agents/kubernetes/accounts/{accountName}",
+    }
 
 
 # --- the command line ---------------------------------------------------------------------------
@@ -687,8 +819,16 @@ async def cli(hub: Hub, *args: str) -> tuple[int, str, str]:
     """`scale-agent accounts ...` as a process, against the hub's API."""
     hub_option = [] if args[0] == "generate-key" else ["--hub", hub.url]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "scaleagent.cli", "accounts", *args[:1], *hub_option, *args[1:],
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "scaleagent.cli",
+        "accounts",
+        *args[:1],
+        *hub_option,
+        *args[1:],
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await proc.communicate()
     return proc.returncode, out.decode(), err.decode()
 
@@ -720,9 +860,11 @@ async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
 
         code, out, err = await cli(hub, "add", "bad_")
         assert code == 1 and out == ""
-        assert err == ("error: accounts[0] ('bad_'): name: 'bad_' is not a "
-                       "valid account name: use 1-253 letters, digits, '-', '_' or '.', starting and ending with a "
-                       "letter or digit\n")
+        assert err == (
+            "error: accounts[0] ('bad_'): name: 'bad_' is not a "
+            "valid account name: use 1-253 letters, digits, '-', '_' or '.', starting and ending with a "
+            "letter or digit\n"
+        )
         code, out, err = await cli(hub, "generate-key")
         assert code == 0 and parse_keys(out.strip())
     finally:

@@ -20,14 +20,27 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import HubProcess, agent_of, tls_hub  # noqa: E402
+from helpers import HubProcess, agent_of, tls_hub
 
 INT32_MAX = 2**31 - 1  # replicas, as Kubernetes holds them
 INT64_MAX = 2**63 - 1  # grace periods and revisions
 MAX_BODY_BYTES = 16 * 1024 * 1024  # the largest body the hub takes (docs/api.md)
 HUGE = "26179136912079257600"  # the fuzzer's tailLines: beyond uint64
-BAD_NUMBERS = [HUGE, "-" + HUGE, "-1", "1e400", "nan", "inf", "-inf", "x", "", "1.5", "0x10", "9" * 5000,
-               "\uff11"]  # a fullwidth digit one
+BAD_NUMBERS = [
+    HUGE,
+    "-" + HUGE,
+    "-1",
+    "1e400",
+    "nan",
+    "inf",
+    "-inf",
+    "x",
+    "",
+    "1.5",
+    "0x10",
+    "9" * 5000,
+    "\uff11",
+]  # a fullwidth digit one
 PATH_VALUES = {"account": "b", "namespace": "default", "location": "default"}
 
 
@@ -35,8 +48,12 @@ PATH_VALUES = {"account": "b", "namespace": "default", "location": "default"}
 def hub(kubesim, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bounds")
     hub, pki = tls_hub(tmp)
-    agent = agent_of(hub, pki, tmp, [{"name": "b", "kubeConfigFile": str(kubesim.admin()), "kinds": ["ConfigMap"],
-                                      "namespaces": ["default"]}])
+    agent = agent_of(
+        hub,
+        pki,
+        tmp,
+        [{"name": "b", "kubeConfigFile": str(kubesim.admin()), "kinds": ["ConfigMap"], "namespaces": ["default"]}],
+    )
     try:
         hub.wait_until("/api/v1/accounts/b", lambda d: d["agentState"] == "watching", what="the account watching")
         yield hub
@@ -60,19 +77,33 @@ def request(hub: HubProcess, method: str, path: str, body: bytes | None = None) 
 
 
 def refused(status: int, answer: Any, *words: str) -> bool:
-    return status == 400 and isinstance(answer, dict) and answer.get("status") == 400 \
+    return (
+        status == 400
+        and isinstance(answer, dict)
+        and answer.get("status") == 400
         and all(w in answer["error"] for w in words)
+    )
 
 
 def test_the_pod_log_tail_the_fuzzer_found_is_a_400_naming_it(hub):
     status, answer = request(hub, "GET", f"/api/v1/accounts/b/namespaces/default/pods/p/log?tailLines={HUGE}")
-    assert (status, answer) == (400, {"error": f"tailLines: expected a whole number from 0 to 10000000, got '{HUGE}'",
-                                      "status": 400})
+    assert (status, answer) == (
+        400,
+        {"error": f"tailLines: expected a whole number from 0 to 10000000, got '{HUGE}'", "status": 400},
+    )
 
 
 def test_a_pod_log_within_the_bounds_is_read_through_the_agent(hub):
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker", "namespace": "default", "annotations": {
-        "kubesim.scale-agent.io/log.main": "one\ntwo\n"}}, "spec": {"containers": [{"name": "main", "image": "x"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "talker",
+            "namespace": "default",
+            "annotations": {"kubesim.scale-agent.io/log.main": "one\ntwo\n"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "x"}]},
+    }
     assert hub.run_task([{"deployManifest": {"account": "b", "manifests": [pod]}}])["state"] == "completed"
     for tail in ("1", "10000000"):
         status, answer = request(hub, "GET", f"/api/v1/accounts/b/namespaces/default/pods/talker/log?tailLines={tail}")
@@ -88,14 +119,19 @@ def numeric_parameters(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, A
                 schema = p.get("schema", {})
                 types = {schema.get("type")} | {s.get("type") for s in schema.get("anyOf", [])}
                 if types & {"integer", "number"}:
-                    numeric = next(s for s in [schema, *schema.get("anyOf", [])] if s.get("type") in ("integer", "number"))
+                    numeric = next(
+                        s for s in [schema, *schema.get("anyOf", [])] if s.get("type") in ("integer", "number")
+                    )
                     found.append((method.upper(), path, {**p, "schema": numeric}))
     return found
 
 
 def concrete(path: str, **values: str) -> str:
-    return re.sub(r"\{(\w+)\}", lambda m: urllib.parse.quote(values.get(m.group(1), PATH_VALUES.get(m.group(1), "x")),
-                                                             safe=""), path)
+    return re.sub(
+        r"\{(\w+)\}",
+        lambda m: urllib.parse.quote(values.get(m.group(1), PATH_VALUES.get(m.group(1), "x")), safe=""),
+        path,
+    )
 
 
 def acceptable(value: str, schema: dict[str, Any]) -> bool:
@@ -161,43 +197,116 @@ def test_no_path_parameter_of_a_read_makes_a_500(hub):
     assert failures == []
 
 
-@pytest.mark.parametrize("operation, words", [
-    ({"scaleManifest": {"account": "b", "manifestName": "deployment web", "location": "default", "replicas": HUGE}},
-     f"operation 1 (scaleManifest): replicas: expected a whole number from 0 to {INT32_MAX}, got '{HUGE}'"),
-    ({"scaleManifest": {"account": "b", "manifestName": "deployment web", "location": "default",
-                        "replicas": 2**31}},
-     f"replicas: expected a whole number from 0 to {INT32_MAX}, got 2147483648"),
-    ({"scaleManifest": {"account": "b", "manifestName": "deployment web", "location": "default", "replicas": -5}},
-     f"replicas: expected a whole number from 0 to {INT32_MAX}, got -5"),
-    ({"scaleManifest": {"account": "b", "manifestName": "deployment web", "location": "default", "replicas": 1.5}},
-     f"replicas: expected a whole number from 0 to {INT32_MAX}, got 1.5"),
-    ({"deleteManifest": {"account": "b", "manifestName": "configmap x", "location": "default",
-                         "options": {"gracePeriodSeconds": "9" * 30}}},
-     f"options.gracePeriodSeconds: expected a whole number from 0 to {INT64_MAX}, got '{'9' * 30}'"),
-    ({"deleteManifest": {"account": "b", "manifestName": "configmap x", "location": "default",
-                         "options": {"gracePeriodSeconds": "9" * 5000}}},
-     f"options.gracePeriodSeconds: expected a whole number from 0 to {INT64_MAX}, got '{'9' * 40}...'"),
-    ({"undoRolloutManifest": {"account": "b", "manifestName": "deployment web", "location": "default",
-                              "revision": 2**63}},
-     f"revision: expected a whole number from 0 to {INT64_MAX}, got 9223372036854775808"),
-    ({"undoRolloutManifest": {"account": "b", "manifestName": "deployment web", "location": "default",
-                              "numRevisionsBack": 0}},
-     f"numRevisionsBack: expected a whole number from 1 to {INT64_MAX}, got 0"),
-])
+@pytest.mark.parametrize(
+    "operation, words",
+    [
+        (
+            {
+                "scaleManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "replicas": HUGE,
+                }
+            },
+            f"operation 1 (scaleManifest): replicas: expected a whole number from 0 to {INT32_MAX}, got '{HUGE}'",
+        ),
+        (
+            {
+                "scaleManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "replicas": 2**31,
+                }
+            },
+            f"replicas: expected a whole number from 0 to {INT32_MAX}, got 2147483648",
+        ),
+        (
+            {
+                "scaleManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "replicas": -5,
+                }
+            },
+            f"replicas: expected a whole number from 0 to {INT32_MAX}, got -5",
+        ),
+        (
+            {
+                "scaleManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "replicas": 1.5,
+                }
+            },
+            f"replicas: expected a whole number from 0 to {INT32_MAX}, got 1.5",
+        ),
+        (
+            {
+                "deleteManifest": {
+                    "account": "b",
+                    "manifestName": "configmap x",
+                    "location": "default",
+                    "options": {"gracePeriodSeconds": "9" * 30},
+                }
+            },
+            f"options.gracePeriodSeconds: expected a whole number from 0 to {INT64_MAX}, got '{'9' * 30}'",
+        ),
+        (
+            {
+                "deleteManifest": {
+                    "account": "b",
+                    "manifestName": "configmap x",
+                    "location": "default",
+                    "options": {"gracePeriodSeconds": "9" * 5000},
+                }
+            },
+            f"options.gracePeriodSeconds: expected a whole number from 0 to {INT64_MAX}, got '{'9' * 40}...'",
+        ),
+        (
+            {
+                "undoRolloutManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "revision": 2**63,
+                }
+            },
+            f"revision: expected a whole number from 0 to {INT64_MAX}, got 9223372036854775808",
+        ),
+        (
+            {
+                "undoRolloutManifest": {
+                    "account": "b",
+                    "manifestName": "deployment web",
+                    "location": "default",
+                    "numRevisionsBack": 0,
+                }
+            },
+            f"numRevisionsBack: expected a whole number from 1 to {INT64_MAX}, got 0",
+        ),
+    ],
+)
 def test_an_operation_with_a_number_out_of_range_is_a_400_naming_the_field_and_range(hub, operation, words):
     status, answer = request(hub, "POST", "/kubernetes/ops", json.dumps([operation]).encode())
     assert refused(status, answer, words), (status, answer)
-    (type_, description), = operation.items()
+    ((type_, description),) = operation.items()
     status, answer = request(hub, "POST", f"/kubernetes/ops/{type_}", json.dumps(description).encode())
     assert refused(status, answer, words.partition("): ")[2] or words), (status, answer)
 
 
 def test_a_number_beyond_64_bits_inside_a_manifest_is_the_api_servers_4xx(hub):
     """Numbers in manifests are the API server's to judge: the task fails with its refusal."""
-    body = (b'[{"deployManifest": {"account": "b", "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", '
-            b'"metadata": {"name": "huge", "namespace": "default"}, "spec": {"replicas": ' + HUGE.encode()
-            + b', "selector": {"matchLabels": {"app": "huge"}}, "template": {"metadata": {"labels": {"app": "huge"}}, '
-            b'"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}]}}]')
+    body = (
+        b'[{"deployManifest": {"account": "b", "manifests": [{"apiVersion": "apps/v1", "kind": "Deployment", '
+        b'"metadata": {"name": "huge", "namespace": "default"}, "spec": {"replicas": '
+        + HUGE.encode()
+        + b', "selector": {"matchLabels": {"app": "huge"}}, "template": {"metadata": {"labels": {"app": "huge"}}, '
+        b'"spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}]}}]'
+    )
     status, created = request(hub, "POST", "/kubernetes/ops", body)
     assert status == 200, created
     task = hub.json(f"{created['resourceUri']}?waitSeconds=30", timeout=45)
@@ -208,11 +317,13 @@ def test_a_refresh_with_a_resource_version_too_long_to_compare_is_a_400(hub):
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bounds-cm", "namespace": "default"}}
     assert hub.run_task([{"deployManifest": {"account": "b", "manifests": [cm]}}])["state"] == "completed"
     ident = {"account": "b", "location": "default", "name": "configmap bounds-cm"}
-    status, answer = request(hub, "POST", "/cache/kubernetes/manifest",
-                             json.dumps({**ident, "resourceVersion": "9" * 5000}).encode())
+    status, answer = request(
+        hub, "POST", "/cache/kubernetes/manifest", json.dumps({**ident, "resourceVersion": "9" * 5000}).encode()
+    )
     assert refused(status, answer, "resourceVersion: at most 64 characters", "got 5000"), (status, answer)
-    status, answer = request(hub, "POST", "/cache/kubernetes/manifest",
-                             json.dumps({**ident, "resourceVersion": "9" * 64}).encode())
+    status, answer = request(
+        hub, "POST", "/cache/kubernetes/manifest", json.dumps({**ident, "resourceVersion": "9" * 64}).encode()
+    )
     assert (status, answer["status"]) == (200, "cached"), answer
 
 
@@ -232,27 +343,38 @@ def raw_post(hub: HubProcess, path: str, headers: dict[str, str], chunks: list[b
 @pytest.mark.parametrize("path", ["/kubernetes/ops", "/armory/accounts", "/credentials", "/cache/kubernetes/manifest"])
 def test_a_body_announced_larger_than_the_hub_takes_is_a_413_before_it_is_sent(hub, path):
     status, answer = raw_post(hub, path, {"Content-Length": str(MAX_BODY_BYTES + 1)}, [b"["])
-    assert (status, answer) == (413, {"error": f"the body is {MAX_BODY_BYTES + 1} bytes; the most is {MAX_BODY_BYTES}",
-                                      "status": 413})
+    assert (status, answer) == (
+        413,
+        {"error": f"the body is {MAX_BODY_BYTES + 1} bytes; the most is {MAX_BODY_BYTES}", "status": 413},
+    )
 
 
 def test_a_chunked_body_is_cut_off_once_it_is_larger_than_the_hub_takes(hub):
     piece = b"[" + b" " * (1024 * 1024 - 1)
     chunks = [b"%x\r\n%s\r\n" % (len(piece), piece)] * (MAX_BODY_BYTES // len(piece)) + [b"1\r\n \r\n"]
     status, answer = raw_post(hub, "/kubernetes/ops", {"Transfer-Encoding": "chunked"}, chunks)
-    assert (status, answer) == (413, {"error": f"the body is more than {MAX_BODY_BYTES} bytes, the most the hub takes",
-                                      "status": 413})
+    assert (status, answer) == (
+        413,
+        {"error": f"the body is more than {MAX_BODY_BYTES} bytes, the most the hub takes", "status": 413},
+    )
     status, _ = request(hub, "GET", "/health")
     assert status == 200
 
 
 def test_a_credentials_definition_with_numbers_beyond_clouddrivers_types_is_refused(hub):
-    definition = {"type": "kubernetes", "name": "bounded", "cacheThreads": 2**31, "cacheIntervalSeconds": -1,
-                  "kubectlRequestTimeoutSeconds": 1e300}
+    definition = {
+        "type": "kubernetes",
+        "name": "bounded",
+        "cacheThreads": 2**31,
+        "cacheIntervalSeconds": -1,
+        "kubectlRequestTimeoutSeconds": 1e300,
+    }
     status, answer = request(hub, "POST", "/credentials", json.dumps(definition).encode())
     assert status == 400 and answer["problems"] == [
-        ("account 'bounded': kubectlRequestTimeoutSeconds: expected a whole number from 0 to 2147483647, got a number "
-         "(1e+300)"),
+        (
+            "account 'bounded': kubectlRequestTimeoutSeconds: expected a whole number from 0 to 2147483647, got a number "
+            "(1e+300)"
+        ),
         "account 'bounded': cacheThreads: expected a whole number from 1 to 2147483647, got a number (2147483648)",
         f"account 'bounded': cacheIntervalSeconds: expected a whole number from 0 to {INT64_MAX}, got a number (-1)",
     ], answer

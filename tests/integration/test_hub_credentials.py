@@ -26,6 +26,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from kubernetes import client, config
+from test_hub_accounts import ROOT, ScriptedAgent, run_curl, secret
 
 from scaleagent.hub.accounts import AccountsService
 from scaleagent.hub.accounts_api import accounts_router
@@ -39,8 +40,6 @@ from scaleagent.hub.registry import Registry
 from scaleagent.hub.secrets_box import SecretBox, generate_key, parse_keys
 from scaleagent.hub.store import AccountRow, Store, StoreError
 
-from test_hub_accounts import ROOT, ScriptedAgent, run_curl, secret  # noqa: E402 - tests/integration is on sys.path
-
 WAIT = 20.0
 REF = "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"
 
@@ -49,13 +48,25 @@ class Hub:
     """The hub's accounts half with both APIs (/armory/accounts and /credentials) on a real
     database and a real socket."""
 
-    def __init__(self, db_url: str, kubeconfig: Path, *, intercept: bool, patterns: tuple[str, ...] = (),
-                 scan_every: float = 3600.0, retry_every: float = 3600.0) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        kubeconfig: Path,
+        *,
+        intercept: bool,
+        patterns: tuple[str, ...] = (),
+        scan_every: float = 3600.0,
+        retry_every: float = 3600.0,
+    ) -> None:
         self.db_url = db_url
         self.kubeconfig = kubeconfig
-        self.settings = DynamicAccountsConfig(retry_frequency_seconds=retry_every, agent_timeout_seconds=5.0,
-                                              interceptor=InterceptorConfig(enabled=intercept),
-                                              name_patterns=patterns, scan_frequency_seconds=scan_every)
+        self.settings = DynamicAccountsConfig(
+            retry_frequency_seconds=retry_every,
+            agent_timeout_seconds=5.0,
+            interceptor=InterceptorConfig(enabled=intercept),
+            name_patterns=patterns,
+            scan_frequency_seconds=scan_every,
+        )
         self.agents: list[ScriptedAgent] = []
 
     async def start(self) -> Hub:
@@ -63,9 +74,14 @@ class Hub:
         self.registry = Registry(Cache(), grace_seconds=60.0, replica="r", store=self.store)
         await self.registry.start()
         self.dispatcher = AccountDispatcher(self.registry)
-        self.accounts = AccountsService(self.store, self.registry, self.dispatcher, config=self.settings,
-                                        box=SecretBox(parse_keys(generate_key())),
-                                        resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig))
+        self.accounts = AccountsService(
+            self.store,
+            self.registry,
+            self.dispatcher,
+            config=self.settings,
+            box=SecretBox(parse_keys(generate_key())),
+            resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig),
+        )
         await self.accounts.start()
         self.credentials = CredentialsService(self.store, self.accounts, config=self.settings)
         await self.credentials.start()
@@ -98,8 +114,9 @@ class Hub:
 
     async def call(self, method: str, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
         data = body if isinstance(body, str | bytes) or body is None else json.dumps(body)
-        async with self.http.request(method, self.url + path, data=data, params=params or None,
-                                     headers={"Content-Type": "application/json"}) as r:
+        async with self.http.request(
+            method, self.url + path, data=data, params=params or None, headers={"Content-Type": "application/json"}
+        ) as r:
             return r.status, await r.json()
 
     async def until(self, name: str, check: Callable[[AccountRow], bool], what: str) -> AccountRow:
@@ -122,8 +139,9 @@ class Hub:
 
     async def snapshot(self) -> tuple[list[Any], list[Any]]:
         """Both tables, to show a refused request changed nothing."""
-        accounts = [(r.name, r.state, r.zone_id, r.kubeconfig_file, r.properties)
-                    for r in await self.store.list_accounts()]
+        accounts = [
+            (r.name, r.state, r.zone_id, r.kubeconfig_file, r.properties) for r in await self.store.list_accounts()
+        ]
         definitions = [(r.name, r.body, r.migrated_at) for r in await self.store.list_credentials()]
         return accounts, definitions
 
@@ -160,8 +178,14 @@ def k8s(name: str, **fields: Any) -> dict[str, Any]:
 async def test_without_the_interceptor_the_requests_only_keep_definitions(passthrough: Hub) -> None:
     hub = passthrough
     agent = hub.agent("agent-0")
-    prod = k8s("prod-east", kubeconfigFile=REF, namespaces=["web"], onlySpinnakerManaged=True,
-               permissions={"READ": ["dev"], "WRITE": ["ops"]}, cacheThreads=2)
+    prod = k8s(
+        "prod-east",
+        kubeconfigFile=REF,
+        namespaces=["web"],
+        onlySpinnakerManaged=True,
+        permissions={"READ": ["dev"], "WRITE": ["ops"]},
+        cacheThreads=2,
+    )
 
     status, answer = await hub.call("POST", "/credentials", prod)
     assert (status, answer) == (200, prod)  # the definition, as Clouddriver answers it
@@ -170,12 +194,29 @@ async def test_without_the_interceptor_the_requests_only_keep_definitions(passth
     assert await hub.store.list_accounts() == [] and not agent.added  # no dynamic account, nothing sent
 
     status, listed = await hub.call("GET", "/credentials")
-    assert (status, listed) == (200, [
-        {"name": "dev-west", "type": "kubernetes", "cloudProvider": "kubernetes", "environment": "dev",
-         "accountType": "dev-west", "requiredGroupMembership": [], "permissions": {}},
-        {"name": "prod-east", "type": "kubernetes", "cloudProvider": "kubernetes", "environment": "prod-east",
-         "accountType": "prod-east", "requiredGroupMembership": [], "permissions": {"READ": ["dev"], "WRITE": ["ops"]}},
-    ])
+    assert (status, listed) == (
+        200,
+        [
+            {
+                "name": "dev-west",
+                "type": "kubernetes",
+                "cloudProvider": "kubernetes",
+                "environment": "dev",
+                "accountType": "dev-west",
+                "requiredGroupMembership": [],
+                "permissions": {},
+            },
+            {
+                "name": "prod-east",
+                "type": "kubernetes",
+                "cloudProvider": "kubernetes",
+                "environment": "prod-east",
+                "accountType": "prod-east",
+                "requiredGroupMembership": [],
+                "permissions": {"READ": ["dev"], "WRITE": ["ops"]},
+            },
+        ],
+    )
     assert (await hub.call("GET", "/credentials", expand="true"))[1] == [k8s("dev-west", environment="dev"), prod]
     assert await hub.call("GET", "/credentials/prod-east") == (200, prod)
     assert await hub.call("GET", "/credentials/type/kubernetes", limit="1", startingAccountName="e") == (200, [prod])
@@ -215,27 +256,41 @@ async def test_without_the_interceptor_dynamic_accounts_of_the_same_name_are_lef
 # --- interceptor on ---------------------------------------------------------------------------------
 
 
-async def test_an_intercepted_post_becomes_an_active_dynamic_account(intercepting: Hub, core: Any, kubesim: Any,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_an_intercepted_post_becomes_an_active_dynamic_account(
+    intercepting: Hub, core: Any, kubesim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     hub = intercepting
     kubeconfig = kubesim.admin(1).read_bytes()
     secret(core, "spinnaker", "kubeconfig", {"config": kubeconfig})
     agent = hub.agent("agent-1", zone_id="east")
-    definition = k8s("prod-east", kubeconfigFile=REF, namespaces=["web"], omitKinds=["Secret"],
-                     onlySpinnakerManaged=True, cacheThreads=4, permissions={"READ": ["dev"]},
-                     customResources=[{"kubernetesKind": "Widget.example.com"}])
+    definition = k8s(
+        "prod-east",
+        kubeconfigFile=REF,
+        namespaces=["web"],
+        omitKinds=["Secret"],
+        onlySpinnakerManaged=True,
+        cacheThreads=4,
+        permissions={"READ": ["dev"]},
+        customResources=[{"kubernetesKind": "Widget.example.com"}],
+    )
 
     status, answer = await hub.call("POST", "/credentials", definition)
     assert (status, answer) == (200, definition)
     row = await hub.state("prod-east", "ACTIVE")
     assert (row.source, row.kubeconfig_file, row.zone_id, row.agent_id) == ("api", REF, "east", "agent-1")
-    assert row.properties == {"namespaces": ["web"], "omitKinds": ["Secret"],
-                              "customResourceDefinitions": ["Widget.example.com"]}
+    assert row.properties == {
+        "namespaces": ["web"],
+        "omitKinds": ["Secret"],
+        "customResourceDefinitions": ["Widget.example.com"],
+    }
     [sent] = agent.added
     assert agent.kubeconfig_of("prod-east") == kubeconfig
-    assert dict(sent.properties) == {"namespaces": ["web"], "omitKinds": ["Secret"],
-                                     "customResourceDefinitions": ["Widget.example.com"]}
+    assert dict(sent.properties) == {
+        "namespaces": ["web"],
+        "omitKinds": ["Secret"],
+        "customResourceDefinitions": ["Widget.example.com"],
+    }
 
     # Both APIs show it: Account Management its definition, /armory/accounts its state.
     assert await hub.call("GET", "/credentials/prod-east") == (200, definition)
@@ -279,8 +334,9 @@ async def test_an_intercepted_post_of_a_taken_name_changes_nothing(intercepting:
     assert [a.name for a in agent.added] == ["once"]
 
 
-async def test_an_intercepted_post_whose_second_write_fails_leaves_nothing(intercepting: Hub,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_intercepted_post_whose_second_write_fails_leaves_nothing(
+    intercepting: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub = intercepting
     agent = hub.agent("agent-0")
 
@@ -289,14 +345,17 @@ async def test_an_intercepted_post_whose_second_write_fails_leaves_nothing(inter
 
     monkeypatch.setattr(hub.store, "create_credentials", broken)
     status, answer = await hub.call("POST", "/credentials", k8s("half"))
-    assert (status, answer["error"]) == (503, "the accounts database failed: create_credentials 'half': the database "
-                                              "went away")
+    assert (status, answer["error"]) == (
+        503,
+        "the accounts database failed: create_credentials 'half': the database went away",
+    )
     assert await hub.snapshot() == ([], []) and not agent.added
     assert "half" not in hub.registry.managed
 
 
-async def test_an_intercepted_put_changes_the_account_and_its_agents_follow(intercepting: Hub, tmp_path: Path,
-                                                                           kubesim: Any) -> None:
+async def test_an_intercepted_put_changes_the_account_and_its_agents_follow(
+    intercepting: Hub, tmp_path: Path, kubesim: Any
+) -> None:
     hub = intercepting
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
@@ -427,15 +486,19 @@ async def test_replicas_scanning_together_migrate_each_definition_once(db_url: s
         await hub.stop()
 
 
-async def test_the_scan_skips_a_definition_that_cannot_be_an_account(db_url: str, kubesim: Any,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_scan_skips_a_definition_that_cannot_be_an_account(
+    db_url: str, kubesim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     hub = await Hub(db_url, kubesim.admin(0), intercept=False, patterns=(".*",)).start()
     try:
         # Written behind the API's back (an older hub, or by hand): the scan must not choke on it.
         await hub.store.create_credentials("bad", "kubernetes", k8s("bad", namespaces=["Not_A_Namespace"]))
         await hub.call("POST", "/credentials", k8s("good"))
         assert await hub.credentials.scan_once() == ["good"]
-        assert "definition bad cannot become a dynamic account: account 'bad': namespaces: 'Not_A_Namespace'" in caplog.text
+        assert (
+            "definition bad cannot become a dynamic account: account 'bad': namespaces: 'Not_A_Namespace'"
+            in caplog.text
+        )
         caplog.clear()
         assert await hub.credentials.scan_once() == [] and "cannot become" not in caplog.text  # warned once
         assert await hub.store.get_account("bad") is None
@@ -467,28 +530,66 @@ async def test_the_scan_loop_runs_from_start_to_stop(db_url: str, kubesim: Any) 
 # --- validation: refused whole ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("method", "body", "status", "message"), [
-    ("POST", k8s("a", kubeconfigContents="apiVersion: v1\nusers: [{user: {token: s3cr3t}}]\n"), 400,
-     "account 'a': kubeconfigContents: an inline kubeconfig is not accepted"),
-    ("POST", {"type": "aws", "name": "a", "accountId": "123"}, 400,
-     "account 'a': type: 'aws' accounts are not accepted here: the hub manages 'kubernetes' accounts only"),
-    ("POST", {"name": "a"}, 400, "account 'a': type: required"),
-    ("POST", [k8s("a")], 400, "the body must be a JSON object (one account definition with its \"type\"), got a list"),
-    ("POST", k8s("a", namespace=["web"]), 400, "account 'a': namespace: unknown field (did you mean 'namespaces'?)"),
-    ("POST", k8s("a", namespaces=["web"], omitNamespaces=["x"]), 400,
-     "account 'a': namespaces and omitNamespaces cannot be combined"),
-    ("POST", k8s("a", kubeconfigFile="encryptedFile:k8s!n:kc"), 400,
-     "account 'a': kubeconfigFile: 'encryptedFile:k8s!n:kc': the key is missing (k:<key>)"),
-    ("POST", k8s("bad_"), 400, "account 'bad_': name: 'bad_' is not a valid account name"),
-    ("POST", '{"type": "kubernetes"', 400, "the body is not valid JSON"),
-    ("POST", "", 400, "the body is empty: send one account definition"),
-    ("PUT", k8s("existing", cacheThreads="2"), 400, "account 'existing': cacheThreads: expected an integer, got a "
-                                                    "string ('2')"),
-    ("PUT", k8s("existing", kinds=["Deployment"], omitKinds=["Secret"]), 400,
-     "account 'existing': kinds and omitKinds cannot be combined"),
-])
-async def test_an_invalid_request_changes_nothing(intercepting: Hub, method: str, body: Any, status: int,
-                                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "body", "status", "message"),
+    [
+        (
+            "POST",
+            k8s("a", kubeconfigContents="apiVersion: v1\nusers: [{user: {token: s3cr3t}}]\n"),
+            400,
+            "account 'a': kubeconfigContents: an inline kubeconfig is not accepted",
+        ),
+        (
+            "POST",
+            {"type": "aws", "name": "a", "accountId": "123"},
+            400,
+            "account 'a': type: 'aws' accounts are not accepted here: the hub manages 'kubernetes' accounts only",
+        ),
+        ("POST", {"name": "a"}, 400, "account 'a': type: required"),
+        (
+            "POST",
+            [k8s("a")],
+            400,
+            'the body must be a JSON object (one account definition with its "type"), got a list',
+        ),
+        (
+            "POST",
+            k8s("a", namespace=["web"]),
+            400,
+            "account 'a': namespace: unknown field (did you mean 'namespaces'?)",
+        ),
+        (
+            "POST",
+            k8s("a", namespaces=["web"], omitNamespaces=["x"]),
+            400,
+            "account 'a': namespaces and omitNamespaces cannot be combined",
+        ),
+        (
+            "POST",
+            k8s("a", kubeconfigFile="encryptedFile:k8s!n:kc"),
+            400,
+            "account 'a': kubeconfigFile: 'encryptedFile:k8s!n:kc': the key is missing (k:<key>)",
+        ),
+        ("POST", k8s("bad_"), 400, "account 'bad_': name: 'bad_' is not a valid account name"),
+        ("POST", '{"type": "kubernetes"', 400, "the body is not valid JSON"),
+        ("POST", "", 400, "the body is empty: send one account definition"),
+        (
+            "PUT",
+            k8s("existing", cacheThreads="2"),
+            400,
+            "account 'existing': cacheThreads: expected an integer, got a string ('2')",
+        ),
+        (
+            "PUT",
+            k8s("existing", kinds=["Deployment"], omitKinds=["Secret"]),
+            400,
+            "account 'existing': kinds and omitKinds cannot be combined",
+        ),
+    ],
+)
+async def test_an_invalid_request_changes_nothing(
+    intercepting: Hub, method: str, body: Any, status: int, message: str
+) -> None:
     hub = intercepting
     hub.agent("agent-0")
     await hub.call("POST", "/credentials", k8s("existing", namespaces=["web"]))
@@ -508,8 +609,11 @@ async def test_invalid_parameters_are_named(passthrough: Hub) -> None:
     status, answer = await hub.call("GET", "/credentials/type/kubernetes", limit="0")
     assert (status, answer["error"]) == (400, "limit: expected a whole number from 1 to 10000, got '0'")
     status, answer = await hub.call("DELETE", "/credentials/-bad name")
-    assert (status, answer["error"]) == (400, "name: '-bad name' is not a valid account name: use 1-253 letters, "
-                                              "digits, '-', '_' or '.', starting and ending with a letter or digit")
+    assert (status, answer["error"]) == (
+        400,
+        "name: '-bad name' is not a valid account name: use 1-253 letters, "
+        "digits, '-', '_' or '.', starting and ending with a letter or digit",
+    )
     status, answer = await hub.call("POST", "/credentials", k8s("a", namespaces=["Web"], debug="yes"))
     assert status == 400 and len(answer["problems"]) == 2  # every problem at once
 

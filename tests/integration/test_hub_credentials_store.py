@@ -19,8 +19,14 @@ from scaleagent.hub.store.models import CREDENTIALS_TABLE, Credentials
 
 T = TypeVar("T")
 
-DEFINITION = {"type": "kubernetes", "name": "prod-east", "kubeconfigFile": "encryptedFile:k8s!n:kc!k:config!ns:spin",
-              "namespaces": ["web"], "onlySpinnakerManaged": True, "permissions": {"READ": ["ops"]}}
+DEFINITION = {
+    "type": "kubernetes",
+    "name": "prod-east",
+    "kubeconfigFile": "encryptedFile:k8s!n:kc!k:config!ns:spin",
+    "namespaces": ["web"],
+    "onlySpinnakerManaged": True,
+    "permissions": {"READ": ["ops"]},
+}
 
 
 @pytest.fixture
@@ -48,9 +54,11 @@ async def test_a_database_at_0002_is_upgraded_keeping_its_accounts(db_url: str) 
 
     def to_0002(conn: Connection) -> None:
         command.upgrade(alembic_config(conn), "0002")
-        conn.exec_driver_sql("INSERT INTO kubesvc_accounts (name, state, properties, failed_count, created_at, "
-                             "updated_at, source) VALUES ('old', 'ACTIVE', '{}', 0, '2025-01-01 00:00:00', "
-                             "'2025-01-01 00:00:00', 'api')")
+        conn.exec_driver_sql(
+            "INSERT INTO kubesvc_accounts (name, state, properties, failed_count, created_at, "
+            "updated_at, source) VALUES ('old', 'ACTIVE', '{}', 0, '2025-01-01 00:00:00', "
+            "'2025-01-01 00:00:00', 'api')"
+        )
 
     if db_url.startswith("sqlite:///"):  # the store would make the directory; here we come first
         Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -65,8 +73,12 @@ async def test_a_database_at_0002_is_upgraded_keeping_its_accounts(db_url: str) 
 
 async def test_create_get_update_delete(store: Store) -> None:
     created = await store.create_credentials("prod-east", "kubernetes", DEFINITION)
-    assert (created.name, created.type, created.body, created.migrated_at) == ("prod-east", "kubernetes", DEFINITION,
-                                                                              None)
+    assert (created.name, created.type, created.body, created.migrated_at) == (
+        "prod-east",
+        "kubernetes",
+        DEFINITION,
+        None,
+    )
     assert created.created_at == created.updated_at and created.created_at.tzinfo is not None
     assert await store.get_credentials("prod-east") == created
     assert await store.get_credentials("nope") is None
@@ -77,7 +89,11 @@ async def test_create_get_update_delete(store: Store) -> None:
 
     changed = {**DEFINITION, "namespaces": ["api"]}
     updated = await store.update_credentials("prod-east", type="kubernetes", body=changed)
-    assert updated.body == changed and updated.updated_at >= created.updated_at and updated.created_at == created.created_at
+    assert (
+        updated.body == changed
+        and updated.updated_at >= created.updated_at
+        and updated.created_at == created.created_at
+    )
     with pytest.raises(CredentialsNotFound, match=r"no account definition named 'gone'"):
         await store.update_credentials("gone", body={"type": "kubernetes", "name": "gone"})
     assert await store.get_credentials("gone") is None  # an update never creates
@@ -88,9 +104,15 @@ async def test_create_get_update_delete(store: Store) -> None:
 
 
 async def test_values_round_trip_exactly_and_are_detached(store: Store) -> None:
-    body = {"type": "kubernetes", "name": "u", "environment": "prod ü €", "cacheThreads": 4,
-            "customResources": [{"kubernetesKind": "Widget.example.com", "versioned": False}],
-            "nothing": None, "big": "x" * 100_000}
+    body = {
+        "type": "kubernetes",
+        "name": "u",
+        "environment": "prod ü €",
+        "cacheThreads": 4,
+        "customResources": [{"kubernetesKind": "Widget.example.com", "versioned": False}],
+        "nothing": None,
+        "big": "x" * 100_000,
+    }
     row = await store.create_credentials("u", "kubernetes", body)
     body["environment"] = "changed by the caller"
     row.body["name"] = "changed in the row"
@@ -113,8 +135,9 @@ async def test_list_by_type_from_a_name_with_a_limit(store: Store) -> None:
 async def test_upsert_creates_then_replaces_and_records_migration_once(store: Store) -> None:
     first = await store.upsert_credentials("m", "kubernetes", {"type": "kubernetes", "name": "m"})
     assert first.migrated_at is None
-    marked = await store.upsert_credentials("m", "kubernetes", {"type": "kubernetes", "name": "m", "debug": True},
-                                            migrated=True)
+    marked = await store.upsert_credentials(
+        "m", "kubernetes", {"type": "kubernetes", "name": "m", "debug": True}, migrated=True
+    )
     assert marked.migrated_at is not None and marked.body["debug"] is True and marked.created_at == first.created_at
     kept = await store.upsert_credentials("m", "kubernetes", {"type": "kubernetes", "name": "m"}, migrated=True)
     assert kept.migrated_at == marked.migrated_at  # the first migration's time stays
@@ -148,15 +171,20 @@ async def test_concurrent_creates_of_one_name_store_one(store: Store) -> None:
     assert len(await store.list_credentials()) == 1
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda s: s.create_credentials("x", "", {}), "a definition's type must be a non-empty string, got ''"),
-    (lambda s: s.create_credentials("x", "k" * 65, {}), "type is 65 characters long; the most is 64"),
-    (lambda s: s.create_credentials("x", "kubernetes", ["not", "a", "mapping"]),
-     "a definition's body must be a mapping, got list"),
-    (lambda s: s.create_credentials("x", "kubernetes", {"n": float("nan")}), "a definition's body must be JSON"),
-    (lambda s: s.create_credentials("", "kubernetes", {}), "an account name must be a non-empty string"),
-    (lambda s: s.list_credentials(limit=-1), "list_credentials: limit must be an integer >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s: s.create_credentials("x", "", {}), "a definition's type must be a non-empty string, got ''"),
+        (lambda s: s.create_credentials("x", "k" * 65, {}), "type is 65 characters long; the most is 64"),
+        (
+            lambda s: s.create_credentials("x", "kubernetes", ["not", "a", "mapping"]),
+            "a definition's body must be a mapping, got list",
+        ),
+        (lambda s: s.create_credentials("x", "kubernetes", {"n": float("nan")}), "a definition's body must be JSON"),
+        (lambda s: s.create_credentials("", "kubernetes", {}), "an account name must be a non-empty string"),
+        (lambda s: s.list_credentials(limit=-1), "list_credentials: limit must be an integer >= 0, got -1"),
+    ],
+)
 async def test_bad_values_are_refused_by_name_before_any_sql(store: Store, call: Any, message: str) -> None:
     with pytest.raises(StoreError) as caught:
         await call(store)

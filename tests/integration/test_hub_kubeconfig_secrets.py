@@ -29,9 +29,12 @@ def namespace(core) -> Iterator[str]:
 
 
 def put_secret(core: client.CoreV1Api, namespace: str, name: str, data: dict[str, bytes]) -> None:
-    core.create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name),
-        data={k: base64.b64encode(v).decode() for k, v in data.items()}))
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=name), data={k: base64.b64encode(v).decode() for k, v in data.items()}
+        ),
+    )
 
 
 @pytest.fixture
@@ -70,8 +73,9 @@ async def test_a_value_that_is_not_a_kubeconfig_fails_without_showing_it(core, n
     put_secret(core, namespace, "kc", {"config": b"token: hunter2-very-secret\n"})
     with pytest.raises(KubeconfigRefError) as caught:
         await resolver.resolve(f"encryptedFile:k8s!n:kc!k:config!ns:{namespace}")
-    assert str(caught.value) == (f"kubeconfig in secret {namespace}/kc key 'config': not a kubeconfig: "
-                                 "it has no 'clusters' list")
+    assert str(caught.value) == (
+        f"kubeconfig in secret {namespace}/kc key 'config': not a kubeconfig: it has no 'clusters' list"
+    )
 
 
 async def test_a_hub_without_the_right_to_read_secrets_is_told_which_right(kubesim):

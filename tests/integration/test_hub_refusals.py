@@ -15,7 +15,7 @@ from kubernetes import client, config
 from scaleagent.protocol import PROTOCOL_VERSION, pb, pb_grpc
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml  # noqa: E402
+from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
 
 TOKEN = "s3cret-" + uuid.uuid4().hex
 LIMIT = 64 * 1024
@@ -26,27 +26,45 @@ def setup(kubesim, tmp_path_factory):
     """One TLS hub with a token and a small message limit, and one well-behaved agent on it."""
     tmp = tmp_path_factory.mktemp("refusals")
     pki = make_hub_pki(tmp)
-    hub = HubProcess(write_yaml(tmp / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
-        "auth": {"token": TOKEN}, "grpc": {"maxMessageBytes": LIMIT},
-        "database": {"url": f"sqlite:///{tmp / 'hub.db'}"}}))
+    hub = HubProcess(
+        write_yaml(
+            tmp / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+                "auth": {"token": TOKEN},
+                "grpc": {"maxMessageBytes": LIMIT},
+                "database": {"url": f"sqlite:///{tmp / 'hub.db'}"},
+            },
+        )
+    )
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubesim.admin())))
     ns = f"ref-{uuid.uuid4().hex[:8]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     agents = []
 
     def agent(name: str, accounts: list[dict], token: str = TOKEN) -> AgentProcess:
-        doc = {"kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1}, "server": {"port": 0},
-               "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)},
-                               "auth": {"token": token}}}
+        doc = {
+            "kubernetes": {"accounts": accounts, "discoveryIntervalSeconds": 1},
+            "server": {"port": 0},
+            "clouddriver": {
+                "grpc": f"localhost:{hub.grpc_port}",
+                "tls": {"cacertFile": str(pki.ca)},
+                "auth": {"token": token},
+            },
+        }
         a = AgentProcess(write_yaml(tmp / f"{name}.yaml", doc), print_events=False)
         agents.append(a)
         return a
 
-    good = agent("good", [{"name": "shared", "kubeConfigFile": str(kubesim.admin(0)), "namespaces": [ns],
-                           "kinds": ["ConfigMap"]}])
-    session = good.wait_health(lambda d: d["hub"]["state"] == "connected" and d["accounts"][0]["state"] == "watching",
-                               what="the good agent watching")["hub"]["sessionId"]
+    good = agent(
+        "good",
+        [{"name": "shared", "kubeConfigFile": str(kubesim.admin(0)), "namespaces": [ns], "kinds": ["ConfigMap"]}],
+    )
+    session = good.wait_health(
+        lambda d: d["hub"]["state"] == "connected" and d["accounts"][0]["state"] == "watching",
+        what="the good agent watching",
+    )["hub"]["sessionId"]
     yield hub, pki, core, ns, agent, good, session
     for a in agents:
         a.stop()
@@ -59,8 +77,11 @@ def still_serving(setup) -> None:
     hub, _, core, ns, _, good, session = setup
     name = f"probe-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name)))
-    hub.wait_until(f"/api/v1/accounts/shared/objects?kind=ConfigMap&namespace={ns}&name={name}",
-                   lambda d: len(d["items"]) == 1, what="a change from the good agent")
+    hub.wait_until(
+        f"/api/v1/accounts/shared/objects?kind=ConfigMap&namespace={ns}&name={name}",
+        lambda d: len(d["items"]) == 1,
+        what="a change from the good agent",
+    )
     assert good.health()["hub"]["sessionId"] == session
 
 
@@ -121,7 +142,9 @@ def test_an_unknown_protocol_version(setup):
 
 def test_a_message_over_the_size_limit(setup):
     hub, pki, *_ = setup
-    big = pb.Event(type=pb.ADDED, account="x", kind="ConfigMap", name="big", object=b'{"a":"' + b"x" * (2 * LIMIT) + b'"}')
+    big = pb.Event(
+        type=pb.ADDED, account="x", kind="ConfigMap", name="big", object=b'{"a":"' + b"x" * (2 * LIMIT) + b'"}'
+    )
     channel, stub = raw_stub(hub, pki)
     with channel:
         e = refusal(stub, hello(), pb.CachingMessage(events=pb.EventBatch(sequence=1, events=[big])))
@@ -145,10 +168,13 @@ def test_a_missing_or_wrong_token(setup):
 
 def test_an_agent_claiming_another_clusters_account_name(kubesim, setup):
     hub, _, _, ns, agent, *_ = setup
-    other = agent("other-cluster", [{"name": "shared", "kubeConfigFile": str(kubesim.admin(1)), "namespaces": [ns],
-                                     "kinds": ["ConfigMap"]}])
-    doc = other.wait_health(lambda d: "rejected by the hub" in d["accounts"][0].get("reason", ""),
-                            what="the account rejected")
+    other = agent(
+        "other-cluster",
+        [{"name": "shared", "kubeConfigFile": str(kubesim.admin(1)), "namespaces": [ns], "kinds": ["ConfigMap"]}],
+    )
+    doc = other.wait_health(
+        lambda d: "rejected by the hub" in d["accounts"][0].get("reason", ""), what="the account rejected"
+    )
     assert "already registered for another cluster" in doc["accounts"][0]["reason"]
     hub.wait_log(r"account 'shared' is already registered for another cluster")
     (info,) = [a for a in hub.json("/api/v1/accounts") if a["name"] == "shared"]

@@ -113,14 +113,23 @@ async def test_upsert_inserts_then_updates(store: Store) -> None:
     before = datetime.now(UTC)
     created = await store.upsert_account("acc-1", zone_id="zone-a", kubeconfig_file="encryptedFile:k8s!n:kc!k:config")
     assert (created.name, created.state, created.zone_id, created.properties, created.failed_count) == (
-        "acc-1", "INACTIVE", "zone-a", {}, 0,
+        "acc-1",
+        "INACTIVE",
+        "zone-a",
+        {},
+        0,
     )
     assert created.created_at.tzinfo is UTC and created.created_at == created.updated_at
     assert before <= created.created_at <= datetime.now(UTC)
 
     updated = await store.upsert_account("acc-1", state="ACTIVE", agent_id="agent-7", failed_count=2)
     assert updated.id == created.id
-    assert (updated.state, updated.zone_id, updated.agent_id, updated.failed_count) == ("ACTIVE", "zone-a", "agent-7", 2)
+    assert (updated.state, updated.zone_id, updated.agent_id, updated.failed_count) == (
+        "ACTIVE",
+        "zone-a",
+        "agent-7",
+        2,
+    )
     assert updated.created_at == created.created_at
     assert updated.updated_at >= created.updated_at
     assert await store.get_account("acc-1") == updated
@@ -142,7 +151,10 @@ async def test_set_state_sets_and_clears_the_error(store: Store) -> None:
     created = await store.upsert_account("acc")
     await store.set_state("acc", "FAILED", error_message="cannot reach https://10.0.0.1:6443: timeout")
     failed = await store.get_account("acc")
-    assert failed is not None and (failed.state, failed.error_message) == ("FAILED", "cannot reach https://10.0.0.1:6443: timeout")
+    assert failed is not None and (failed.state, failed.error_message) == (
+        "FAILED",
+        "cannot reach https://10.0.0.1:6443: timeout",
+    )
     assert failed.updated_at >= created.updated_at and failed.created_at == created.created_at
     await store.set_state("acc", "ACTIVE")
     active = await store.get_account("acc")
@@ -163,12 +175,21 @@ async def test_delete(store: Store) -> None:
 
 async def test_values_round_trip_exactly(store: Store) -> None:
     """Unicode everywhere, nested JSON, bytes, microseconds, and values past MySQL's 64 KiB TEXT."""
-    properties = {"namespaces": ["web", "données"], "labels": {"équipe": "платформа", "emoji": "🚀"},
-                  "limits": {"n": 3, "ratio": 0.5, "on": True, "none": None}}
+    properties = {
+        "namespaces": ["web", "données"],
+        "labels": {"équipe": "платформа", "emoji": "🚀"},
+        "limits": {"n": 3, "ratio": 0.5, "on": True, "none": None},
+    }
     blob = bytes(range(256)) * 400  # 100 KiB, every byte value
     message = "échec: " + "x" * 70_000
-    row = await store.upsert_account("ñame-ü", properties=properties, kubeconfig_encrypted=blob, error_message=message,
-                                     kube_host="https://kube.example.com:6443", cert_fingerprint="ab:cd" * 25)
+    row = await store.upsert_account(
+        "ñame-ü",
+        properties=properties,
+        kubeconfig_encrypted=blob,
+        error_message=message,
+        kube_host="https://kube.example.com:6443",
+        cert_fingerprint="ab:cd" * 25,
+    )
     again = await store.get_account("ñame-ü")
     assert again == row
     assert again.properties == properties and again.kubeconfig_encrypted == blob and again.error_message == message
@@ -206,19 +227,30 @@ async def test_bad_fields_are_refused_by_name(store: Store) -> None:
     with pytest.raises(StoreError, match="account name must be a non-empty string"):
         await store.upsert_account("")
     assert await store.list_accounts() == []
-    assert set(STATES) == {"INACTIVE", "ACTIVE", "FAILED", "ORPHANED", "TO_MIGRATE", "ACTIVATING", "TO_DEACTIVATE",
-                           "DEACTIVATING"}
+    assert set(STATES) == {
+        "INACTIVE",
+        "ACTIVE",
+        "FAILED",
+        "ORPHANED",
+        "TO_MIGRATE",
+        "ACTIVATING",
+        "TO_DEACTIVATE",
+        "DEACTIVATING",
+    }
 
 
 # --- URLs and errors ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql://hub:s3cret-pw@127.0.0.1:1/hub",
-    "postgresql+asyncpg://hub:s3cret-pw@127.0.0.1:1/hub",
-    "mysql://hub:s3cret-pw@127.0.0.1:1/hub",
-    "mariadb://hub:s3cret-pw@127.0.0.1:1/hub",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://hub:s3cret-pw@127.0.0.1:1/hub",
+        "postgresql+asyncpg://hub:s3cret-pw@127.0.0.1:1/hub",
+        "mysql://hub:s3cret-pw@127.0.0.1:1/hub",
+        "mariadb://hub:s3cret-pw@127.0.0.1:1/hub",
+    ],
+)
 async def test_unreachable_server_names_the_host_not_the_password(url: str) -> None:
     with pytest.raises(StoreError) as caught:
         await Store.open(url)
@@ -243,15 +275,21 @@ async def test_the_password_stays_out_of_logs(postgres_db: str, caplog: pytest.L
     assert "s3cret" not in caplog.text and f"opened (schema revision {HEAD})" in caplog.text
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("oracle://u:pw@db/x", "'oracle' is not a supported database"),
-    ("postgres://u:pw@db/x", "SQLAlchemy calls it 'postgresql'"),
-    ("postgresql+psycopg2://u:pw@db/x", "the driver 'psycopg2' is not supported for postgresql;.*'postgresql\\+asyncpg://"),
-    ("mysql+pymysql://u:pw@db/x", "the driver 'pymysql' is not supported for mysql"),
-    ("sqlite://", "in-memory SQLite database"),
-    ("sqlite:///:memory:", "in-memory SQLite database"),
-    ("db.example.com:5432", "not a database URL"),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("oracle://u:pw@db/x", "'oracle' is not a supported database"),
+        ("postgres://u:pw@db/x", "SQLAlchemy calls it 'postgresql'"),
+        (
+            "postgresql+psycopg2://u:pw@db/x",
+            "the driver 'psycopg2' is not supported for postgresql;.*'postgresql\\+asyncpg://",
+        ),
+        ("mysql+pymysql://u:pw@db/x", "the driver 'pymysql' is not supported for mysql"),
+        ("sqlite://", "in-memory SQLite database"),
+        ("sqlite:///:memory:", "in-memory SQLite database"),
+        ("db.example.com:5432", "not a database URL"),
+    ],
+)
 async def test_unsupported_urls_are_refused(url: str, expected: str) -> None:
     with pytest.raises(StoreError, match=expected) as caught:
         await Store.open(url)
@@ -290,10 +328,13 @@ async def test_create_accounts_is_all_or_nothing(store: Store) -> None:
     assert caught.value.names == ["taken"]
     assert [a.name for a in await store.list_accounts()] == ["taken"]
 
-    created = await store.create_accounts({"b": {"source": "api", "desired_state": "INACTIVE", "zone_id": "z"},
-                                           "a": {"source": "api"}})
+    created = await store.create_accounts(
+        {"b": {"source": "api", "desired_state": "INACTIVE", "zone_id": "z"}, "a": {"source": "api"}}
+    )
     assert [(r.name, r.state, r.source, r.desired_state, r.zone_id) for r in created] == [
-        ("b", "INACTIVE", "api", "INACTIVE", "z"), ("a", "INACTIVE", "api", None, None)]
+        ("b", "INACTIVE", "api", "INACTIVE", "z"),
+        ("a", "INACTIVE", "api", None, None),
+    ]
     assert (await store.get_account("taken")).source == "agent"  # the registry's rows keep the default
     assert [a.name for a in await store.list_accounts(source="api")] == ["a", "b"]
     assert [a.name for a in await store.list_accounts(names=["b", "taken", "nope"])] == ["b", "taken"]
@@ -302,13 +343,17 @@ async def test_create_accounts_is_all_or_nothing(store: Store) -> None:
 async def test_update_accounts_is_conditional_and_all_or_nothing(store: Store) -> None:
     await store.create_accounts({"x": {"source": "api"}, "y": {"source": "api", "state": "ACTIVE"}})
     with pytest.raises(StateConflict, match=r"account 'y' is ACTIVE, not INACTIVE") as caught:
-        await store.update_accounts({"x": {"state": "TO_MIGRATE"}, "y": {"state": "TO_MIGRATE"}},
-                                    expect_states={"x": ["INACTIVE"], "y": ["INACTIVE"]})
+        await store.update_accounts(
+            {"x": {"state": "TO_MIGRATE"}, "y": {"state": "TO_MIGRATE"}},
+            expect_states={"x": ["INACTIVE"], "y": ["INACTIVE"]},
+        )
     assert (caught.value.expected, caught.value.actual) == (["INACTIVE"], "ACTIVE")
     assert [(a.name, a.state) for a in await store.list_accounts()] == [("x", "INACTIVE"), ("y", "ACTIVE")]
 
-    rows = await store.update_accounts({"y": {"state": "TO_DEACTIVATE"}, "x": {"state": "TO_MIGRATE", "failed_count": 2}},
-                                       expect_states={"x": ["INACTIVE", "FAILED"], "y": ["ACTIVE"]})
+    rows = await store.update_accounts(
+        {"y": {"state": "TO_DEACTIVATE"}, "x": {"state": "TO_MIGRATE", "failed_count": 2}},
+        expect_states={"x": ["INACTIVE", "FAILED"], "y": ["ACTIVE"]},
+    )
     assert [(r.name, r.state, r.failed_count) for r in rows] == [("y", "TO_DEACTIVATE", 0), ("x", "TO_MIGRATE", 2)]
     assert (await store.update_account("x", kube_host="h")).kube_host == "h"
 

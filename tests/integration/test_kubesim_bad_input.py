@@ -54,30 +54,50 @@ async def test_unknown_resource_is_a_404_status(kubesim):
 
 
 async def test_malformed_json_is_a_400_status(kubesim):
-    code, body = await _call(kubesim.admin(), "POST", "/api/v1/namespaces/default/configmaps", data=b'{"metadata": {',
-                             headers={"Content-Type": "application/json"})
+    code, body = await _call(
+        kubesim.admin(),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        data=b'{"metadata": {',
+        headers={"Content-Type": "application/json"},
+    )
     assert code == 400
     _is_status(body, 400, "BadRequest")
 
 
 async def test_malformed_yaml_is_a_400_status(kubesim):
-    code, body = await _call(kubesim.admin(), "PATCH", "/api/v1/namespaces/default/configmaps/x?fieldManager=t",
-                             data=b"metadata: [unclosed", headers={"Content-Type": "application/apply-patch+yaml"})
+    code, body = await _call(
+        kubesim.admin(),
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/x?fieldManager=t",
+        data=b"metadata: [unclosed",
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
     assert code == 400
     _is_status(body, 400, "BadRequest")
 
 
 async def test_a_body_that_is_not_an_object_is_a_400_status(kubesim):
-    code, body = await _call(kubesim.admin(), "POST", "/api/v1/namespaces/default/configmaps", data=b"[1, 2]",
-                             headers={"Content-Type": "application/json"})
+    code, body = await _call(
+        kubesim.admin(),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        data=b"[1, 2]",
+        headers={"Content-Type": "application/json"},
+    )
     assert code == 400
     _is_status(body, 400, "BadRequest")
 
 
 async def test_oversized_body_is_a_413_status(kubesim):
     big = b'{"metadata": {"name": "big"}, "data": {"x": "' + b"a" * (4 * 1024 * 1024) + b'"}}'
-    code, body = await _call(kubesim.admin(), "POST", "/api/v1/namespaces/default/configmaps", data=big,
-                             headers={"Content-Type": "application/json"})
+    code, body = await _call(
+        kubesim.admin(),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        data=big,
+        headers={"Content-Type": "application/json"},
+    )
     assert code == 413
     _is_status(body, 413, "RequestEntityTooLarge")
 
@@ -93,8 +113,9 @@ async def test_wrong_token_is_a_401_status(kubesim):
 
 
 async def test_invalid_name_is_a_422_status(kubesim):
-    code, body = await _call(kubesim.admin(), "POST", "/api/v1/namespaces/default/configmaps",
-                             json={"metadata": {"name": "Not_Valid"}})
+    code, body = await _call(
+        kubesim.admin(), "POST", "/api/v1/namespaces/default/configmaps", json={"metadata": {"name": "Not_Valid"}}
+    )
     assert code == 422
     _is_status(body, 422, "Invalid")
     assert body["details"]["causes"][0]["field"] == "metadata.name"
@@ -110,8 +131,9 @@ async def test_bad_selector_and_limit_are_400(kubesim):
 
 
 async def test_unknown_patch_type_is_415(kubesim):
-    code, body = await _call(kubesim.admin(), "PATCH", "/api/v1/namespaces/default", data=b"{}",
-                             headers={"Content-Type": "text/plain"})
+    code, body = await _call(
+        kubesim.admin(), "PATCH", "/api/v1/namespaces/default", data=b"{}", headers={"Content-Type": "text/plain"}
+    )
     assert code == 415
     _is_status(body, 415, "UnsupportedMediaType")
 

@@ -12,7 +12,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import CLI, start_kubesim  # noqa: E402
+from helpers import CLI, start_kubesim
 
 
 def test_clusters_have_their_own_ports_and_cas(tmp_path):
@@ -58,8 +58,9 @@ def test_watch_from_a_compacted_version_gets_410_gone(tmp_path):
         for i in range(10):
             core.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"c{i}")))
         with pytest.raises(ApiException) as err:
-            for _ in watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=old,
-                                          timeout_seconds=30):
+            for _ in watch.Watch().stream(
+                core.list_namespaced_config_map, "default", resource_version=old, timeout_seconds=30
+            ):
                 pass
         assert err.value.status == 410
         # A paginated list whose snapshot was compacted away is 410 too.
@@ -75,6 +76,10 @@ def test_watch_from_a_compacted_version_gets_410_gone(tmp_path):
 
 
 def test_bad_arguments_are_refused_clearly(tmp_path):
-    result = subprocess.run([*CLI, "kubesim", "--clusters", "0", "--kubeconfig-dir", str(tmp_path)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*CLI, "kubesim", "--clusters", "0", "--kubeconfig-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "--clusters" in result.stderr and "at least 1" in result.stderr

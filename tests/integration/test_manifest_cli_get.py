@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client, config
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import CLI, AgentProcess, HubProcess, make_hub_pki, read_until, stop_process, write_yaml  # noqa: E402
+from helpers import CLI, AgentProcess, HubProcess, make_hub_pki, read_until, stop_process, write_yaml
 
 KINDS = ["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Service", "Job", "Namespace"]
 
@@ -40,45 +40,97 @@ def setup(kubesim, tmp_path_factory):
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
     procs: list = []
     try:
-        hub = HubProcess(write_yaml(tmp / "hub.yaml", {
-            "server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
-            "database": {"url": f"sqlite:///{tmp / 'hub.db'}"}}))
+        hub = HubProcess(
+            write_yaml(
+                tmp / "hub.yaml",
+                {
+                    "server": {"grpcPort": 0, "httpPort": 0},
+                    "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+                    "database": {"url": f"sqlite:///{tmp / 'hub.db'}"},
+                },
+            )
+        )
         procs.append(hub)
-        procs.append(AgentProcess(write_yaml(tmp / "agent.yaml", {
-            "kubernetes": {"accounts": [{"name": f"a{i}", "kubeConfigFile": str(kubesim.admin(i)), "namespaces": [ns],
-                                         "kinds": KINDS} for i in range(2)], "discoveryIntervalSeconds": 1},
-            "server": {"port": 0},
-            "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}}}),
-            print_events=False))
+        procs.append(
+            AgentProcess(
+                write_yaml(
+                    tmp / "agent.yaml",
+                    {
+                        "kubernetes": {
+                            "accounts": [
+                                {
+                                    "name": f"a{i}",
+                                    "kubeConfigFile": str(kubesim.admin(i)),
+                                    "namespaces": [ns],
+                                    "kinds": KINDS,
+                                }
+                                for i in range(2)
+                            ],
+                            "discoveryIntervalSeconds": 1,
+                        },
+                        "server": {"port": 0},
+                        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}},
+                    },
+                ),
+                print_events=False,
+            )
+        )
         core0, apps0, batch0 = client.CoreV1Api(apis[0]), client.AppsV1Api(apis[0]), client.BatchV1Api(apis[0])
         labels = {"app": "web"}
-        apps0.create_namespaced_deployment(ns, {
-            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": labels},
-            "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels},
-                                  "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}}})
-        core0.create_namespaced_config_map(ns, {"metadata": {"name": "settings", "labels": labels},
-                                                "data": {"a": "1", "b": "2"}})
+        apps0.create_namespaced_deployment(
+            ns,
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "web", "labels": labels},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]},
+                    },
+                },
+            },
+        )
+        core0.create_namespaced_config_map(
+            ns, {"metadata": {"name": "settings", "labels": labels}, "data": {"a": "1", "b": "2"}}
+        )
         core0.create_namespaced_config_map(ns, {"metadata": {"name": "other", "labels": {"app": "db"}}, "data": {}})
-        core0.create_namespaced_service(ns, {"metadata": {"name": "web"}, "spec": {
-            "selector": labels, "ports": [{"port": 80, "protocol": "TCP"}]}})
-        batch0.create_namespaced_job(ns, {"metadata": {"name": "once"}, "spec": {"template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}})
-        client.CoreV1Api(apis[1]).create_namespaced_config_map(ns, {"metadata": {"name": "settings"},
-                                                                   "data": {"x": "y"}})
+        core0.create_namespaced_service(
+            ns, {"metadata": {"name": "web"}, "spec": {"selector": labels, "ports": [{"port": 80, "protocol": "TCP"}]}}
+        )
+        batch0.create_namespaced_job(
+            ns,
+            {
+                "metadata": {"name": "once"},
+                "spec": {
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}
+                },
+            },
+        )
+        client.CoreV1Api(apis[1]).create_namespaced_config_map(
+            ns, {"metadata": {"name": "settings"}, "data": {"x": "y"}}
+        )
 
         def ready(doc: dict) -> bool:
             names = {(o["kind"], o["metadata"]["name"]) for o in doc["items"]}
             deploy = [o for o in doc["items"] if o["kind"] == "Deployment"]
             job = [o for o in doc["items"] if o["kind"] == "Job"]
-            return ({("ConfigMap", "settings"), ("ConfigMap", "other"), ("Service", "web")} <= names
-                    and bool(deploy) and (deploy[0].get("status") or {}).get("readyReplicas") == 2
-                    and bool(job) and (job[0].get("status") or {}).get("succeeded") == 1)
+            return (
+                {("ConfigMap", "settings"), ("ConfigMap", "other"), ("Service", "web")} <= names
+                and bool(deploy)
+                and (deploy[0].get("status") or {}).get("readyReplicas") == 2
+                and bool(job)
+                and (job[0].get("status") or {}).get("succeeded") == 1
+            )
 
         hub.wait_until(f"/api/v1/accounts/a0/objects?namespace={ns}", ready, what="a0's objects, settled")
-        hub.wait_until(f"/api/v1/accounts/a1/objects?namespace={ns}&kind=ConfigMap",
-                       lambda d: [o["metadata"]["name"] for o in d["items"]] == ["kube-root-ca.crt", "settings"],
-                       what="a1's ConfigMap")
+        hub.wait_until(
+            f"/api/v1/accounts/a1/objects?namespace={ns}&kind=ConfigMap",
+            lambda d: [o["metadata"]["name"] for o in d["items"]] == ["kube-root-ca.crt", "settings"],
+            what="a1's ConfigMap",
+        )
         yield {"hub": hub, "ns": ns, "core0": core0}
     finally:
         for p in reversed(procs):
@@ -122,7 +174,7 @@ def test_other_kinds_get_their_own_columns_and_names_resolve_like_kubectl(setup)
         header, *rows = table(r.stdout)
         assert header == want_header, kind
         if want_rows is not None:
-            got = {row[0]: row[1:1 + len(v)] for row in rows for v in [want_rows.get(row[0], [])]}
+            got = {row[0]: row[1 : 1 + len(v)] for row in rows for v in [want_rows.get(row[0], [])]}
             assert got == want_rows, (kind, r.stdout)
     r = get(setup, "svc", "web", "--account", "a0", "-n", ns)
     assert table(r.stdout)[1][4] == "80/TCP"
@@ -151,8 +203,11 @@ def test_without_a_namespace_the_table_has_a_namespace_column_and_cluster_scoped
 def test_all_accounts_adds_an_account_column(setup):
     r = get(setup, "configmap", "settings", "--all-accounts", "-n", setup["ns"])
     assert r.returncode == 0, r.stderr
-    assert [row[:3] for row in table(r.stdout)] == [["ACCOUNT", "NAME", "DATA"], ["a0", "settings", "2"],
-                                                     ["a1", "settings", "1"]]
+    assert [row[:3] for row in table(r.stdout)] == [
+        ["ACCOUNT", "NAME", "DATA"],
+        ["a0", "settings", "2"],
+        ["a1", "settings", "1"],
+    ]
     r = get(setup, "cm", "--all-accounts", "-l", "app=web")
     assert [row[:3] for row in table(r.stdout)] == [["ACCOUNT", "NAMESPACE", "NAME"], ["a0", setup["ns"], "settings"]]
 
@@ -165,11 +220,18 @@ def test_output_yaml_json_and_name(setup):
     assert (doc["kind"], doc["metadata"]["name"], doc["spec"]["replicas"]) == ("Deployment", "web", 2)
     r = get(setup, "cm", "--account", "a0", "-n", ns, "-o", "json")
     doc = json.loads(r.stdout)
-    assert doc["kind"] == "List" and sorted(o["metadata"]["name"] for o in doc["items"]) == \
-        ["kube-root-ca.crt", "other", "settings"]
+    assert doc["kind"] == "List" and sorted(o["metadata"]["name"] for o in doc["items"]) == [
+        "kube-root-ca.crt",
+        "other",
+        "settings",
+    ]
     r = get(setup, "deploy,cm", "--account", "a0", "-n", ns, "-o", "name")
-    assert r.stdout.splitlines() == ["deployment.apps/web", "configmap/kube-root-ca.crt", "configmap/other",
-                                     "configmap/settings"]
+    assert r.stdout.splitlines() == [
+        "deployment.apps/web",
+        "configmap/kube-root-ca.crt",
+        "configmap/other",
+        "configmap/settings",
+    ]
     r = get(setup, "deploy/web", "svc/web", "--account", "a0", "-n", ns, "-o", "name")
     assert r.stdout.splitlines() == ["deployment.apps/web", "service/web"]
 
@@ -189,8 +251,12 @@ def test_a_missing_name_is_not_found_with_exit_status_1(setup):
 def test_hub_errors_are_one_line_with_exit_status_1(setup):
     r = get(setup, "cm", "--account", "nobody")
     assert r.returncode == 1 and r.stderr.strip() == "error: account 'nobody' is not known to this hub"
-    r = subprocess.run([*CLI, "get", "cm", "--account", "a0", "--hub", "http://127.0.0.1:9"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [*CLI, "get", "cm", "--account", "a0", "--hub", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and "cannot reach the hub" in r.stderr
     r = get(setup, "cm", "--account", "a0", "-l", "app in (")
     assert r.returncode == 1 and r.stderr.startswith("error: invalid label selector") and "Traceback" not in r.stderr
@@ -198,8 +264,11 @@ def test_hub_errors_are_one_line_with_exit_status_1(setup):
 
 def test_watch_prints_a_row_per_change_until_stopped(setup):
     ns = setup["ns"]
-    proc = subprocess.Popen([*CLI, "get", "cm", "--account", "a0", "-n", ns, "-w", "--hub", setup["hub"].url],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, "get", "cm", "--account", "a0", "-n", ns, "-w", "--hub", setup["hub"].url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         lines = read_until(proc, r"^settings\s", timeout=30)
         assert lines[0].split() == ["NAME", "DATA", "AGE"]

@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client, config, watch
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml  # noqa: E402
+from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 WAIT_MS = 10000  # the hub's operationWaitMs: the runJob below waits this long
@@ -32,8 +32,10 @@ NAMESPACE_PREFIX = "h2-ops-"
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(not os.environ.get(E2E_ENV), reason=f"{E2E_ENV} is not set: no real cluster to test against "
-                                                           "(scripts/test starts one and sets it)"),
+    pytest.mark.skipif(
+        not os.environ.get(E2E_ENV),
+        reason=f"{E2E_ENV} is not set: no real cluster to test against (scripts/test starts one and sets it)",
+    ),
 ]
 
 
@@ -46,18 +48,37 @@ def kubeconfig() -> Path:
 def hub(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     tmp = tmp_path_factory.mktemp("ops-real")
     pki = make_hub_pki(tmp)
-    hub = HubProcess(write_yaml(tmp / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
-        "database": {"url": f"sqlite:///{tmp / 'hub.db'}"}, "operations": {"operationWaitMs": WAIT_MS}}))
-    agent = AgentProcess(write_yaml(tmp / "agent.yaml", {
-        "kubernetes": {"accounts": [{"name": "real", "kubeConfigFile": str(kubeconfig)}]}, "server": {"port": 0},
-        "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}}}),
-        print_events=False)
+    hub = HubProcess(
+        write_yaml(
+            tmp / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+                "database": {"url": f"sqlite:///{tmp / 'hub.db'}"},
+                "operations": {"operationWaitMs": WAIT_MS},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp / "agent.yaml",
+            {
+                "kubernetes": {"accounts": [{"name": "real", "kubeConfigFile": str(kubeconfig)}]},
+                "server": {"port": 0},
+                "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}},
+            },
+        ),
+        print_events=False,
+    )
     try:
-        agent.wait_health(lambda d: d["status"] == "ok" and len(d["accounts"]) == 1, timeout=120,
-                          what="the account watching")
-        hub.wait_until("/api/v1/accounts", lambda d: len(d) == 1 and d[0]["agentState"] == "watching",
-                       what="the account in the hub")
+        agent.wait_health(
+            lambda d: d["status"] == "ok" and len(d["accounts"]) == 1, timeout=120, what="the account watching"
+        )
+        hub.wait_until(
+            "/api/v1/accounts",
+            lambda d: len(d) == 1 and d[0]["agentState"] == "watching",
+            what="the account in the hub",
+        )
         yield hub
     finally:
         agent.stop()
@@ -78,8 +99,9 @@ def ns(api: client.ApiClient) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     minor = int("".join(ch for ch in client.VersionApi(api).get_code().minor if ch.isdigit()) or 0)
     w = watch.Watch()
-    for event in w.stream(core.list_namespaced_service_account, name, field_selector="metadata.name=default",
-                          timeout_seconds=60):
+    for event in w.stream(
+        core.list_namespaced_service_account, name, field_selector="metadata.name=default", timeout_seconds=60
+    ):
         if event["object"].secrets or minor >= 24:
             w.stop()
     yield name
@@ -92,12 +114,22 @@ def failed(task: dict) -> dict:
 
 
 def test_a_deploy_with_an_unknown_field_fails_as_the_callers_error_naming_field_and_manifest(hub, ns, api):
-    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "typo"},
-           "spec": {"replicaz": 2, "selector": {"matchLabels": {"app": "typo"}},
-                    "template": {"metadata": {"labels": {"app": "typo"}},
-                                 "spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}}}
-    exception = failed(hub.run_task([{"deployManifest": {"account": "real", "manifests": [bad],
-                                                         "namespaceOverride": ns}}], timeout=90))
+    bad = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "typo"},
+        "spec": {
+            "replicaz": 2,
+            "selector": {"matchLabels": {"app": "typo"}},
+            "template": {
+                "metadata": {"labels": {"app": "typo"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1"}]},
+            },
+        },
+    }
+    exception = failed(
+        hub.run_task([{"deployManifest": {"account": "real", "manifests": [bad], "namespaceOverride": ns}}], timeout=90)
+    )
     # 1.20 answers 500 "failed to create typed patch object: .spec.replicaz: field not declared in
     # schema"; 1.25 and later 400 'strict decoding error: unknown field "spec.replicaz"'.
     assert (exception["code"], exception["reason"]) == (400, "BadRequest"), exception
@@ -108,18 +140,30 @@ def test_a_deploy_with_an_unknown_field_fails_as_the_callers_error_naming_field_
 
 def test_a_run_job_whose_pods_never_run_says_what_they_are_doing_and_keeps_the_job(hub, ns, api):
     # No node carries this label; with no scheduler at all, no node is ever assigned either.
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"},
-           "spec": {"backoffLimit": 0, "template": {"spec": {
-               "restartPolicy": "Never", "nodeSelector": {"scale-agent.io/test": "nowhere"},
-               "containers": [{"name": "main", "image": "busybox"}]}}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "migrate"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"scale-agent.io/test": "nowhere"},
+                    "containers": [{"name": "main", "image": "busybox"}],
+                }
+            },
+        },
+    }
     task = hub.run_task([{"runJob": {"account": "real", "manifest": job, "namespace": ns}}], timeout=90)
     exception = failed(task)
     assert (exception["code"], exception["reason"]) == (504, "Timeout"), exception
     message = exception["message"]
     assert f"job migrate in namespace {ns} did not complete before the operation's deadline: pod migrate-" in message
     assert " Pending (" in message and ("no node assigned yet" in message or "not scheduled" in message), message
-    assert message.endswith(f"The Job {ns}/migrate was left in place; delete it with a deleteManifest of "
-                            "'job migrate'"), message
+    assert message.endswith(
+        f"The Job {ns}/migrate was left in place; delete it with a deleteManifest of 'job migrate'"
+    ), message
     (pod,) = task["resultObjects"][0]["jobStatus"]["pods"]
     assert pod.startswith("pod migrate-") and " Pending (" in pod
     assert client.BatchV1Api(api).read_namespaced_job("migrate", ns).status.active == 1, "the Job was kept"

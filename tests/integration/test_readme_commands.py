@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import free_port, read_until  # noqa: E402
+from helpers import free_port, read_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -24,9 +24,20 @@ def _get(url: str):
 
 
 def test_demo_shows_three_clusters_in_one_hub_and_stops_cleanly_on_ctrl_c(tmp_path):
-    proc = subprocess.Popen([str(ROOT / "scripts" / "demo"), "--dir", str(tmp_path), "--grpc-port", str(free_port()),
-                             "--http-port", str(free_port())],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(ROOT / "scripts" / "demo"),
+            "--dir",
+            str(tmp_path),
+            "--grpc-port",
+            str(free_port()),
+            "--http-port",
+            str(free_port()),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         lines = read_until(proc, r"Ctrl-C stops everything", timeout=300)
         text = "\n".join(lines)
@@ -47,9 +58,12 @@ def test_demo_shows_three_clusters_in_one_hub_and_stops_cleanly_on_ctrl_c(tmp_pa
         applied = subprocess.run(apply_line.split(), capture_output=True, text=True, timeout=120)
         assert applied.returncode == 0, applied.stderr
         assert "deployment.apps/hello serverside-applied" in applied.stdout
-        assert [d["metadata"]["name"] for d in
-                _get(http + "/api/v1/accounts/cluster-1/objects?kind=Deployment&labelSelector=app%3Dhello")["items"]] \
-            == ["hello"]
+        assert [
+            d["metadata"]["name"]
+            for d in _get(http + "/api/v1/accounts/cluster-1/objects?kind=Deployment&labelSelector=app%3Dhello")[
+                "items"
+            ]
+        ] == ["hello"]
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 0

@@ -21,8 +21,11 @@ from scaleagent.agent.config import (
 
 TOKEN = "s3cr3t-hub-token-d41d8cd9"
 
+
 def parse(text: str, environ: dict[str, str] | None = None, base_dir: Path | None = None) -> AgentConfig:
-    return parse_config(textwrap.dedent(text), source="agent.yml", base_dir=base_dir or Path("/etc/agent"), environ=environ or {})
+    return parse_config(
+        textwrap.dedent(text), source="agent.yml", base_dir=base_dir or Path("/etc/agent"), environ=environ or {}
+    )
 
 
 def error_of(text: str, environ: dict[str, str] | None = None) -> str:
@@ -100,7 +103,12 @@ def test_full_armory_style_file():
     assert (cfg.tasks.total_budget, cfg.tasks.budget_per_account) == (16, 4)
     assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 8090)
     hub = cfg.clouddriver
-    assert (hub.grpc, hub.grpc_host, hub.grpc_port, hub.insecure) == ("hub.example.com:9091", "hub.example.com", 9091, False)
+    assert (hub.grpc, hub.grpc_host, hub.grpc_port, hub.insecure) == (
+        "hub.example.com:9091",
+        "hub.example.com",
+        9091,
+        False,
+    )
     assert hub.tls.server_name == "hub.internal" and hub.tls.insecure_skip_verify
     assert hub.tls.client_cert_file == Path("/certs/client.pem")
     assert hub.tls.client_key_file == Path("/certs/client.key")
@@ -118,7 +126,11 @@ def test_defaults_from_an_empty_file(tmp_path):
     assert cfg.zone_id is None and cfg.dynamic_accounts_enabled is True
     assert (cfg.tasks.total_budget, cfg.tasks.budget_per_account) == (32, 8)
     assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 8082)
-    assert (cfg.clouddriver.grpc, cfg.clouddriver.insecure, cfg.clouddriver.keep_alive_heartbeat_seconds) == ("localhost:9091", False, 10)
+    assert (cfg.clouddriver.grpc, cfg.clouddriver.insecure, cfg.clouddriver.keep_alive_heartbeat_seconds) == (
+        "localhost:9091",
+        False,
+        10,
+    )
     assert cfg.clouddriver.tls.files == {} and cfg.clouddriver.tls.server_name == ""
     assert cfg.clouddriver.auth.token.get_secret_value() == ""
 
@@ -241,7 +253,10 @@ def test_yaml_syntax_error_has_line_and_column():
 
 
 def test_duplicate_yaml_keys_are_an_error():
-    assert error_of("server:\n  port: 1\n  port: 2\n") == "agent.yml line 3, column 3: duplicate key 'port' (first at line 2)"
+    assert (
+        error_of("server:\n  port: 1\n  port: 2\n")
+        == "agent.yml line 3, column 3: duplicate key 'port' (first at line 2)"
+    )
 
 
 def test_non_string_keys_are_an_error():
@@ -260,8 +275,14 @@ def test_alias_bombs_are_refused():
 
 
 def test_string_where_a_list_is_expected():
-    text = account("serviceAccount: true", name="ok") + "    - name: b\n      serviceAccount: true\n      omitKinds: Secret\n"
-    assert error_of(text) == "agent.yml: kubernetes.accounts[1].omitKinds: expected a list of strings, got a string ('Secret')"
+    text = (
+        account("serviceAccount: true", name="ok")
+        + "    - name: b\n      serviceAccount: true\n      omitKinds: Secret\n"
+    )
+    assert (
+        error_of(text)
+        == "agent.yml: kubernetes.accounts[1].omitKinds: expected a list of strings, got a string ('Secret')"
+    )
 
 
 def test_unknown_key_suggests_the_close_one():
@@ -271,7 +292,10 @@ def test_unknown_key_suggests_the_close_one():
 
 
 def test_snake_case_keys_are_unknown_in_yaml():
-    assert error_of("kubernetes:\n  page_size: 5\n") == "agent.yml: kubernetes.page_size: unknown key (did you mean 'pageSize'?)"
+    assert (
+        error_of("kubernetes:\n  page_size: 5\n")
+        == "agent.yml: kubernetes.page_size: unknown key (did you mean 'pageSize'?)"
+    )
 
 
 def test_key_in_the_wrong_section_says_where_it_belongs():
@@ -297,11 +321,20 @@ def test_armory_settings_this_agent_does_not_use_are_ignored_with_a_warning(capl
         ("kubernetes:\n  pageSize: 0\n", "kubernetes.pageSize: must be at least 1, got 0"),
         ("kubernetes:\n  pageSize: 10001\n", "kubernetes.pageSize: must be at most 10000, got 10001"),
         ("kubernetes:\n  pageSize:\n", "kubernetes.pageSize: expected an integer, got null"),
-        ("kubernetes:\n  discoveryIntervalSeconds: 0\n", "kubernetes.discoveryIntervalSeconds: must be greater than 0, got 0"),
+        (
+            "kubernetes:\n  discoveryIntervalSeconds: 0\n",
+            "kubernetes.discoveryIntervalSeconds: must be greater than 0, got 0",
+        ),
         ("tasks:\n  totalBudget: -1\n", "tasks.totalBudget: must be at least 0, got -1"),
         ("server:\n  port: 70000\n", "server.port: must be at most 65535, got 70000"),
-        ("server:\n  host: 'localhost:80'\n", "server.host: 'localhost:80' is not a host name or IP address (give the port separately, in server.port)"),
-        ("clouddriver:\n  keepAliveHeartbeatSeconds: -5\n", "clouddriver.keepAliveHeartbeatSeconds: must be at least 0, got -5"),
+        (
+            "server:\n  host: 'localhost:80'\n",
+            "server.host: 'localhost:80' is not a host name or IP address (give the port separately, in server.port)",
+        ),
+        (
+            "clouddriver:\n  keepAliveHeartbeatSeconds: -5\n",
+            "clouddriver.keepAliveHeartbeatSeconds: must be at least 0, got -5",
+        ),
     ],
 )
 def test_type_and_range_errors(text, expected):
@@ -413,13 +446,17 @@ def test_client_cert_and_key_go_together():
     )
 
 
-@pytest.mark.parametrize("grpc", ["hub", "hub:", ":9091", "hub:0", "hub:65536", "hub:http", "::1:9091", "[hub]:9091", "a b:1"])
+@pytest.mark.parametrize(
+    "grpc", ["hub", "hub:", ":9091", "hub:0", "hub:65536", "hub:http", "::1:9091", "[hub]:9091", "a b:1"]
+)
 def test_grpc_must_be_host_and_port(grpc):
     message = error_of(f"clouddriver:\n  grpc: '{grpc}'\n")
     assert message.startswith(f"agent.yml: clouddriver.grpc: '{grpc}': ")
 
 
-@pytest.mark.parametrize(("grpc", "host", "port"), [("hub:1", "hub", 1), ("10.0.0.1:9091", "10.0.0.1", 9091), ("[::1]:443", "::1", 443)])
+@pytest.mark.parametrize(
+    ("grpc", "host", "port"), [("hub:1", "hub", 1), ("10.0.0.1:9091", "10.0.0.1", 9091), ("[::1]:443", "::1", 443)]
+)
 def test_valid_grpc_addresses(grpc, host, port):
     hub = parse(f"clouddriver:\n  grpc: '{grpc}'\n").clouddriver
     assert (hub.grpc_host, hub.grpc_port) == (host, port)
@@ -515,7 +552,14 @@ def test_load_config_reads_os_environ_by_default(tmp_path, monkeypatch):
 
 def test_token_never_in_repr_or_str():
     cfg = parse(f"clouddriver:\n  auth:\n    token: {TOKEN}\n")
-    for text in (repr(cfg), str(cfg), repr(cfg.clouddriver), str(cfg.clouddriver.auth), cfg.model_dump_json(), str(cfg.model_dump())):
+    for text in (
+        repr(cfg),
+        str(cfg),
+        repr(cfg.clouddriver),
+        str(cfg.clouddriver.auth),
+        cfg.model_dump_json(),
+        str(cfg.model_dump()),
+    ):
         assert TOKEN not in text
     assert cfg.clouddriver.auth.token.get_secret_value() == TOKEN
 

@@ -20,12 +20,23 @@ TOKEN = "s3cr3t-token-value"
 def kubeconfig(**user: str) -> dict:
     ca = trustme.CA()
     return {
-        "apiVersion": "v1", "kind": "Config", "current-context": "main",
-        "contexts": [{"name": "main", "context": {"cluster": "k", "user": "u"}},
-                     {"name": "other", "context": {"cluster": "k2", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443",
-                                               "certificate-authority-data": base64.b64encode(ca.cert_pem.bytes()).decode()}},
-                     {"name": "k2", "cluster": {"server": "https://127.0.0.2:6443", "insecure-skip-tls-verify": True}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "main",
+        "contexts": [
+            {"name": "main", "context": {"cluster": "k", "user": "u"}},
+            {"name": "other", "context": {"cluster": "k2", "user": "u"}},
+        ],
+        "clusters": [
+            {
+                "name": "k",
+                "cluster": {
+                    "server": "https://127.0.0.1:6443",
+                    "certificate-authority-data": base64.b64encode(ca.cert_pem.bytes()).decode(),
+                },
+            },
+            {"name": "k2", "cluster": {"server": "https://127.0.0.2:6443", "insecure-skip-tls-verify": True}},
+        ],
         "users": [{"name": "u", "user": user or {"token": TOKEN}}],
     }
 
@@ -52,18 +63,23 @@ def test_a_dynamic_account_keeps_its_kubeconfig_out_of_repr_and_dumps():
 def test_an_empty_kubeconfig_means_the_agents_own_service_account():
     account = dynamic_account("sa", "", "", {})
     assert account.service_account and account.kubeconfig is None
-    assert refusal("sa", "", "ctx", {}) == ("account 'sa': context: only applies with a kubeconfig; an empty "
-                                            "kubeconfig means this agent's own service account")
+    assert refusal("sa", "", "ctx", {}) == (
+        "account 'sa': context: only applies with a kubeconfig; an empty "
+        "kubeconfig means this agent's own service account"
+    )
 
 
-@pytest.mark.parametrize(("content", "reason"), [
-    ("not base64!", "the kubeconfig is not valid base64"),
-    (b64(b"\xff\xfe"), "the kubeconfig is not UTF-8 text (invalid byte at offset 0)"),
-    (b64(b"- a list"), "the kubeconfig: the top level must be a mapping, not a list"),
-    (b64(b"users: [\n"), "the kubeconfig line 2, column 1: YAML syntax error"),
-    (b64(b"{}"), "the kubeconfig is empty"),
-    (b64({"clusters": []}), "Invalid kube-config file. Expected key current-context"),
-])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("not base64!", "the kubeconfig is not valid base64"),
+        (b64(b"\xff\xfe"), "the kubeconfig is not UTF-8 text (invalid byte at offset 0)"),
+        (b64(b"- a list"), "the kubeconfig: the top level must be a mapping, not a list"),
+        (b64(b"users: [\n"), "the kubeconfig line 2, column 1: YAML syntax error"),
+        (b64(b"{}"), "the kubeconfig is empty"),
+        (b64({"clusters": []}), "Invalid kube-config file. Expected key current-context"),
+    ],
+)
 def test_a_kubeconfig_that_cannot_be_read_is_refused_without_showing_it(content, reason):
     message = refusal("k", content, "", {})
     assert message.startswith("account 'k': ") and reason in message
@@ -74,15 +90,18 @@ def test_a_token_in_a_broken_kubeconfig_is_not_echoed():
     assert TOKEN not in refusal("k", b64(broken), "", {})
 
 
-@pytest.mark.parametrize(("properties", "reason"), [
-    ({"kubeConfigFile": "/etc/k.yaml"}, "properties.kubeConfigFile: not a property"),
-    ({"serviceAccount": True}, "properties.serviceAccount: not a property"),
-    ({"name": "other"}, "properties.name: not a property"),
-    ({"context": "a"}, "properties.context: 'a' differs from the account's context 'main'"),
-    ({"kinds": ["Pod"], "omitKinds": ["Secret"]}, "omitKinds: cannot be combined with kinds"),
-    ({"customResourceDefinitions": ["Widget"]}, "customResourceDefinitions[0]: 'Widget' has no API group"),
-    ({"namespaces": ["Not_A_Namespace"]}, "namespaces[0]: 'Not_A_Namespace' is not a namespace name"),
-])
+@pytest.mark.parametrize(
+    ("properties", "reason"),
+    [
+        ({"kubeConfigFile": "/etc/k.yaml"}, "properties.kubeConfigFile: not a property"),
+        ({"serviceAccount": True}, "properties.serviceAccount: not a property"),
+        ({"name": "other"}, "properties.name: not a property"),
+        ({"context": "a"}, "properties.context: 'a' differs from the account's context 'main'"),
+        ({"kinds": ["Pod"], "omitKinds": ["Secret"]}, "omitKinds: cannot be combined with kinds"),
+        ({"customResourceDefinitions": ["Widget"]}, "customResourceDefinitions[0]: 'Widget' has no API group"),
+        ({"namespaces": ["Not_A_Namespace"]}, "namespaces[0]: 'Not_A_Namespace' is not a namespace name"),
+    ],
+)
 def test_properties_are_validated_as_the_configuration_files_accounts_are(properties, reason):
     assert reason in refusal("p", b64(kubeconfig()), "main", properties)
 
@@ -94,8 +113,12 @@ def test_a_context_given_in_properties_is_the_accounts_context():
 async def test_credentials_load_from_content_without_any_file():
     ca = trustme.CA()
     cert = ca.issue_cert("agent")
-    doc = kubeconfig(**{"client-certificate-data": base64.b64encode(cert.cert_chain_pems[0].bytes()).decode(),
-                        "client-key-data": base64.b64encode(cert.private_key_pem.bytes()).decode()})
+    doc = kubeconfig(
+        **{
+            "client-certificate-data": base64.b64encode(cert.cert_chain_pems[0].bytes()).decode(),
+            "client-key-data": base64.b64encode(cert.private_key_pem.bytes()).decode(),
+        }
+    )
     before = dict(kube_config._temp_files)
     creds = await load_credentials(kubeconfig_content=doc)
     assert kube_config._temp_files == before, "the official loader wrote certificate data to temporary files"

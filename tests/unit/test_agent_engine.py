@@ -42,15 +42,23 @@ def test_watch_lines_become_events_carrying_the_objects_own_bytes():
     events, error, rv = r._decode([b'{"type":"MODIFIED","object":' + obj + b"}"])
     assert error is None
     (e,) = events
-    assert (e.account, e.kind, e.namespace, e.name, e.uid, e.resource_version, e.type) == \
-        ("acc", "Pod", "ns", "p", "u1", "7", "MODIFIED")
+    assert (e.account, e.kind, e.namespace, e.name, e.uid, e.resource_version, e.type) == (
+        "acc",
+        "Pod",
+        "ns",
+        "p",
+        "u1",
+        "7",
+        "MODIFIED",
+    )
     assert e.object == obj  # sliced from the line, not re-encoded
     assert rv == "7" and r.resource_version is None  # the resume point moves once the sink took the batch
 
 
 def test_bookmarks_move_the_resume_point_and_emit_nothing():
     events, error, rv = reflector()._decode(
-        [b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}}'])
+        [b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"99"}}}']
+    )
     assert events == [] and error is None and rv == "99"
 
 
@@ -70,10 +78,24 @@ def test_malformed_lines_are_skipped_not_fatal():
 
 def test_metadata_only_objects_are_presented_as_their_kind_and_scrubbed():
     secret = KindInfo("", "v1", "Secret", "secrets", True)
-    r = Reflector(None, secret, handler=None, account="a", metadata_only=True,  # type: ignore[arg-type]
-                  transform=scrub_secret)
-    line = orjson.dumps({"type": "ADDED", "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                         "metadata": {"name": "s", "annotations": {LAST_APPLIED: '{"data":{"p":"c2VjcmV0"}}', "x": "y"}}}})
+    r = Reflector(
+        None,
+        secret,
+        handler=None,
+        account="a",
+        metadata_only=True,  # type: ignore[arg-type]
+        transform=scrub_secret,
+    )
+    line = orjson.dumps(
+        {
+            "type": "ADDED",
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"name": "s", "annotations": {LAST_APPLIED: '{"data":{"p":"c2VjcmV0"}}', "x": "y"}},
+            },
+        }
+    )
     (e,), _, _ = r._decode([line])
     out = orjson.loads(e.object)
     assert out["kind"] == "Secret" and out["apiVersion"] == "v1"
@@ -106,9 +128,18 @@ async def test_the_budget_caps_concurrent_lists_overall_and_per_account():
 
 def test_event_lines_embed_the_object_bytes():
     e = ObjectEvent("a", "apps", "v1", "Deployment", "ns", "d", "u", "3", "ADDED", b'{"spec":{"replicas":2}}')
-    assert orjson.loads(event_json(e)) == {"account": "a", "type": "ADDED", "group": "apps", "version": "v1",
-                                           "kind": "Deployment", "namespace": "ns", "name": "d", "uid": "u",
-                                           "resourceVersion": "3", "object": {"spec": {"replicas": 2}}}
+    assert orjson.loads(event_json(e)) == {
+        "account": "a",
+        "type": "ADDED",
+        "group": "apps",
+        "version": "v1",
+        "kind": "Deployment",
+        "namespace": "ns",
+        "name": "d",
+        "uid": "u",
+        "resourceVersion": "3",
+        "object": {"spec": {"replicas": 2}},
+    }
     marker = ObjectEvent("a", "", "v1", "Pod", "", "", "", "9", "SNAPSHOT_END")
     assert "object" not in orjson.loads(event_json(marker))
 

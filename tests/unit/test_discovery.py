@@ -15,8 +15,10 @@ POD = KindInfo("", "v1", "Pod", "pods", True, "xPOwRZ+Yhw8=")
 
 
 def test_the_preferred_version_comes_first_then_the_servers_order():
-    group = {"versions": [{"version": "v2beta1"}, {"version": "v1"}, {"version": "v1beta1"}],
-             "preferredVersion": {"version": "v1"}}
+    group = {
+        "versions": [{"version": "v2beta1"}, {"version": "v1"}, {"version": "v1beta1"}],
+        "preferredVersion": {"version": "v1"},
+    }
     assert _group_versions(group) == ["v1", "v2beta1", "v1beta1"]
     assert _group_versions({"versions": [{"version": "v1beta1"}]}) == ["v1beta1"]
 
@@ -28,8 +30,9 @@ def test_resources_that_share_a_storage_are_followed_once_core_and_stable_first(
 
 
 def test_without_storage_hashes_the_known_pairs_are_still_followed_once():
-    plain = [KindInfo(k.group, k.version, k.kind, k.plural, k.namespaced)
-             for k in (EVENT, EVENT_NEW, INGRESS_OLD, INGRESS)]
+    plain = [
+        KindInfo(k.group, k.version, k.kind, k.plural, k.namespaced) for k in (EVENT, EVENT_NEW, INGRESS_OLD, INGRESS)
+    ]
     kept, _ = follow_once(plain)
     assert [k.qualified for k in kept] == ["Event", "Ingress.networking.k8s.io"]
 
@@ -49,7 +52,8 @@ def test_retries_of_many_watches_make_one_line_per_cause_and_one_when_all_are_ba
         report.retrying(f"Kind{i}", "cannot connect to https://10.0.0.1:6443: Connection refused")
     report.flush()
     assert [r.getMessage() for r in caplog.records] == [
-        "account prod: 60 watches retrying: cannot connect to https://10.0.0.1:6443: Connection refused (60)"]
+        "account prod: 60 watches retrying: cannot connect to https://10.0.0.1:6443: Connection refused (60)"
+    ]
     for i in range(59):
         report.recovered(f"Kind{i}")
     assert len(caplog.records) == 1

@@ -31,17 +31,35 @@ def test_invalid_names(name):
 
 
 def test_settings_follow_the_agents_rules():
-    [account] = parse_accounts([{"name": "a", "kinds": ["Deployment", "Widget.example.com"],
-                                 "customResourceDefinitions": ["Widget.example.com"], "onlyNamespacedResources": True,
-                                 "namespaces": ["web"], "kubeconfigFile": "/k", "context": "c"}], AccountIn)
-    assert account.given() == {"kinds": ["Deployment", "Widget.example.com"],
-                               "customResourceDefinitions": ["Widget.example.com"], "onlyNamespacedResources": True,
-                               "namespaces": ["web"], "kubeconfigFile": "/k", "context": "c"}
+    [account] = parse_accounts(
+        [
+            {
+                "name": "a",
+                "kinds": ["Deployment", "Widget.example.com"],
+                "customResourceDefinitions": ["Widget.example.com"],
+                "onlyNamespacedResources": True,
+                "namespaces": ["web"],
+                "kubeconfigFile": "/k",
+                "context": "c",
+            }
+        ],
+        AccountIn,
+    )
+    assert account.given() == {
+        "kinds": ["Deployment", "Widget.example.com"],
+        "customResourceDefinitions": ["Widget.example.com"],
+        "onlyNamespacedResources": True,
+        "namespaces": ["web"],
+        "kubeconfigFile": "/k",
+        "context": "c",
+    }
     with pytest.raises(InvalidRequest, match=r"customResourceDefinitions: 'Widget' has no API group"):
         parse_accounts([{"name": "a", "customResourceDefinitions": ["Widget"]}], AccountIn)
     with pytest.raises(InvalidRequest, match=r"kinds: 'deploy ment' is not a kind"):
         parse_accounts([{"name": "a", "kinds": ["deploy ment"]}], AccountIn)
-    with pytest.raises(InvalidRequest, match=r"onlyNamespacedResources: expected true or false, got a string \('yes'\)"):
+    with pytest.raises(
+        InvalidRequest, match=r"onlyNamespacedResources: expected true or false, got a string \('yes'\)"
+    ):
         parse_accounts([{"name": "a", "onlyNamespacedResources": "yes"}], AccountIn)
     with pytest.raises(InvalidRequest, match=r"zoneId: a zone id is 1-253 printable characters"):
         parse_accounts([{"name": "a", "zoneId": " z"}], AccountIn)
@@ -57,7 +75,7 @@ def test_every_problem_is_reported_with_its_account():
         parse_accounts([{"name": "ok"}, {"name": "x", "zoneId": [1]}, 7, {"name": "ok"}, {"nme": "y"}], AccountIn)
     assert caught.value.problems == [
         "accounts[1] ('x'): zoneId: expected a string, got a list",
-        "accounts[2]: expected an object such as {\"name\": \"account-01\"}, got a number (7)",
+        'accounts[2]: expected an object such as {"name": "account-01"}, got a number (7)',
         "accounts[3] ('ok'): the name 'ok' is also accounts[0]: each account may appear once per request",
         "accounts[4]: name: required",
         "accounts[4]: nme: unknown field (did you mean 'name'?)",

@@ -16,8 +16,14 @@ from scaleagent.protocol.v1 import agent_pb2 as pb
 GROUPS = {"Pod": "", "ConfigMap": "", "Event": "", "Deployment": "apps"}
 
 
-def body(name: str, ns: str = "default", rv: str = "1", labels: dict | None = None, app: str | None = None,
-         cluster: str | None = None) -> bytes:
+def body(
+    name: str,
+    ns: str = "default",
+    rv: str = "1",
+    labels: dict | None = None,
+    app: str | None = None,
+    cluster: str | None = None,
+) -> bytes:
     annotations = {}
     if app:
         annotations[APPLICATION] = app
@@ -27,13 +33,24 @@ def body(name: str, ns: str = "default", rv: str = "1", labels: dict | None = No
     return orjson.dumps({"metadata": meta})
 
 
-def event(type_: int, kind: str, name: str, ns: str = "default", rv: str = "1", *, group: str | None = None,
-          version: str = "v1", obj: bytes | None = None, **fields) -> pb.Event:
+def event(
+    type_: int,
+    kind: str,
+    name: str,
+    ns: str = "default",
+    rv: str = "1",
+    *,
+    group: str | None = None,
+    version: str = "v1",
+    obj: bytes | None = None,
+    **fields,
+) -> pb.Event:
     group = GROUPS.get(kind, "") if group is None else group
     if obj is None:
         obj = body(name, ns, rv, **fields) if type_ != pb.DELETED else b""
-    return pb.Event(type=type_, group=group, version=version, kind=kind, namespace=ns, name=name,
-                    resource_version=rv, object=obj)
+    return pb.Event(
+        type=type_, group=group, version=version, kind=kind, namespace=ns, name=name, resource_version=rv, object=obj
+    )
 
 
 def added(kind: str, name: str, ns: str = "default", rv: str = "1", **kw) -> pb.Event:
@@ -49,20 +66,30 @@ def deleted(kind: str, name: str, ns: str = "default", rv: str = "3", **kw) -> p
 
 
 def begin(kind: str, scope: str = "", group: str | None = None) -> pb.Event:
-    return pb.Event(type=pb.SNAPSHOT_BEGIN, group=GROUPS.get(kind, "") if group is None else group,
-                    version="v1", kind=kind, namespace=scope)
+    return pb.Event(
+        type=pb.SNAPSHOT_BEGIN,
+        group=GROUPS.get(kind, "") if group is None else group,
+        version="v1",
+        kind=kind,
+        namespace=scope,
+    )
 
 
 def end(kind: str, scope: str = "", group: str | None = None) -> pb.Event:
-    return pb.Event(type=pb.SNAPSHOT_END, group=GROUPS.get(kind, "") if group is None else group,
-                    version="v1", kind=kind, namespace=scope)
+    return pb.Event(
+        type=pb.SNAPSHOT_END,
+        group=GROUPS.get(kind, "") if group is None else group,
+        version="v1",
+        kind=kind,
+        namespace=scope,
+    )
 
 
 def names(cache: Cache, account: str = "a", **query) -> list[str]:
     return [orjson.loads(o)["metadata"]["name"] for o in cache.query(account, **query)]
 
 
-def pending(sub) -> list[Change]:  # noqa: ANN001
+def pending(sub) -> list[Change]:
     """What a subscription has queued, without waiting (the queue is filled synchronously by apply)."""
     return list(sub._queue)
 
@@ -113,8 +140,15 @@ def test_accounts_are_separate_and_drop_account_forgets_one():
 
 def test_an_all_namespaces_snapshot_removes_what_it_did_not_list():
     c = Cache()
-    c.apply("a", [added("Pod", "keep", "ns1"), added("Pod", "gone", "ns1"), added("Pod", "gone2", "ns2"),
-                  added("ConfigMap", "other-kind", "ns1")])
+    c.apply(
+        "a",
+        [
+            added("Pod", "keep", "ns1"),
+            added("Pod", "gone", "ns1"),
+            added("Pod", "gone2", "ns2"),
+            added("ConfigMap", "other-kind", "ns1"),
+        ],
+    )
     c.apply("a", [begin("Pod"), added("Pod", "keep", "ns1"), added("Pod", "new", "ns3")])
     assert len(c.query("a", kind="Pod")) == 4  # nothing is removed before the END
     c.apply("a", [end("Pod")])
@@ -146,8 +180,15 @@ def test_a_second_begin_restarts_the_open_snapshot():
 
 def test_snapshots_of_other_scopes_interleave():
     c = Cache()
-    c.apply("a", [added("Pod", "old-pod", "ns1"), added("ConfigMap", "old-cm", "ns1"), added("ConfigMap", "x", "ns2"),
-                  added("Deployment", "old-deploy", "ns1")])
+    c.apply(
+        "a",
+        [
+            added("Pod", "old-pod", "ns1"),
+            added("ConfigMap", "old-cm", "ns1"),
+            added("ConfigMap", "x", "ns2"),
+            added("Deployment", "old-deploy", "ns1"),
+        ],
+    )
     c.apply("a", [begin("Pod"), begin("ConfigMap", "ns1"), added("Pod", "pod", "ns1"), begin("Deployment")])
     c.apply("a", [added("ConfigMap", "cm", "ns1"), added("Deployment", "deploy", "ns1"), end("ConfigMap", "ns1")])
     assert sorted(names(c)) == ["cm", "deploy", "old-deploy", "old-pod", "pod", "x"]
@@ -158,8 +199,17 @@ def test_snapshots_of_other_scopes_interleave():
 def test_an_all_namespaces_snapshot_open_around_a_namespace_snapshot():
     c = Cache()
     c.apply("a", [added("Pod", "p1", "ns1"), added("Pod", "p2", "ns2")])
-    c.apply("a", [begin("Pod"), added("Pod", "p2", "ns2"), begin("Pod", "ns1"), added("Pod", "p1", "ns1"),
-                  end("Pod", "ns1"), end("Pod")])
+    c.apply(
+        "a",
+        [
+            begin("Pod"),
+            added("Pod", "p2", "ns2"),
+            begin("Pod", "ns1"),
+            added("Pod", "p1", "ns1"),
+            end("Pod", "ns1"),
+            end("Pod"),
+        ],
+    )
     assert sorted(names(c)) == ["p1", "p2"]
 
 
@@ -181,16 +231,19 @@ def test_an_object_deleted_during_a_snapshot_stays_deleted():
 
 def test_odd_events_are_skipped_without_raising():
     c = Cache()
-    c.apply("a", [
-        deleted("Pod", "never-seen"),
-        end("Pod", "ns-never-begun"),
-        added("Pod", "bad-json", obj=b'{"metadata": {'),
-        added("Pod", "not-an-object", obj=b"[1, 2]"),
-        added("Pod", "", obj=body("x")),  # no name
-        added("", "no-kind"),
-        pb.Event(type=99, kind="Pod", name="p"),
-        added("Pod", "ok"),
-    ])
+    c.apply(
+        "a",
+        [
+            deleted("Pod", "never-seen"),
+            end("Pod", "ns-never-begun"),
+            added("Pod", "bad-json", obj=b'{"metadata": {'),
+            added("Pod", "not-an-object", obj=b"[1, 2]"),
+            added("Pod", "", obj=body("x")),  # no name
+            added("", "no-kind"),
+            pb.Event(type=99, kind="Pod", name="p"),
+            added("Pod", "ok"),
+        ],
+    )
     assert names(c) == ["ok"]
     assert c.rejected == 5
 
@@ -216,8 +269,15 @@ def test_labels_that_are_not_strings_are_ignored():
 
 def test_kinds_are_matched_case_insensitively_as_kind_or_kind_dot_group():
     c = Cache()
-    c.apply("a", [added("Event", "core-event"), added("Event", "new-event", group="events.k8s.io"),
-                  added("Deployment", "web"), added("Pod", "p")])
+    c.apply(
+        "a",
+        [
+            added("Event", "core-event"),
+            added("Event", "new-event", group="events.k8s.io"),
+            added("Deployment", "web"),
+            added("Pod", "p"),
+        ],
+    )
     assert sorted(names(c, kind="event")) == ["core-event", "new-event"]
     assert names(c, kind="Event.events.k8s.io") == ["new-event"]
     assert names(c, kind="DEPLOYMENT") == names(c, kind="deployment.apps") == ["web"]
@@ -238,27 +298,33 @@ def test_namespace_and_name_filters():
 @pytest.fixture
 def labelled() -> Cache:
     c = Cache()
-    c.apply("a", [
-        added("Pod", "web-1", labels={"app": "web", "tier": "front"}),
-        added("Pod", "web-2", "other", labels={"app": "web"}),
-        added("Pod", "api-1", labels={"app": "api", "tier": "back"}),
-        added("Pod", "db-1", labels={"app": "db"}),
-        added("Pod", "bare"),
-        added("ConfigMap", "web-config", labels={"app": "web"}),
-    ])
+    c.apply(
+        "a",
+        [
+            added("Pod", "web-1", labels={"app": "web", "tier": "front"}),
+            added("Pod", "web-2", "other", labels={"app": "web"}),
+            added("Pod", "api-1", labels={"app": "api", "tier": "back"}),
+            added("Pod", "db-1", labels={"app": "db"}),
+            added("Pod", "bare"),
+            added("ConfigMap", "web-config", labels={"app": "web"}),
+        ],
+    )
     return c
 
 
-@pytest.mark.parametrize(("selector", "expected"), [
-    ("app=web", ["web-1", "web-2"]),
-    ("app==web,tier=front", ["web-1"]),
-    ("app!=web", ["api-1", "bare", "db-1"]),
-    ("app in (web, api)", ["api-1", "web-1", "web-2"]),
-    ("app notin (web, api)", ["bare", "db-1"]),
-    ("tier", ["api-1", "web-1"]),
-    ("!tier", ["bare", "db-1", "web-2"]),
-    ("app=nothing-has-this", []),
-])
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=web", ["web-1", "web-2"]),
+        ("app==web,tier=front", ["web-1"]),
+        ("app!=web", ["api-1", "bare", "db-1"]),
+        ("app in (web, api)", ["api-1", "web-1", "web-2"]),
+        ("app notin (web, api)", ["bare", "db-1"]),
+        ("tier", ["api-1", "web-1"]),
+        ("!tier", ["bare", "db-1", "web-2"]),
+        ("app=nothing-has-this", []),
+    ],
+)
 def test_label_selectors(labelled: Cache, selector: str, expected: list[str]):
     assert sorted(names(labelled, kind="Pod", label_selector=parse_label_selector(selector))) == expected
 
@@ -269,24 +335,31 @@ def test_label_selector_across_kinds_and_the_empty_selector(labelled: Cache):
 
 
 def test_an_equality_selector_is_answered_from_the_index(labelled: Cache, monkeypatch: pytest.MonkeyPatch):
-    def no_scan(self):  # noqa: ANN001, ANN202
+    def no_scan(self):
         raise AssertionError("scanned every entry")
 
     monkeypatch.setattr(cache_module._Kind, "entries", no_scan)
-    assert sorted(names(labelled, label_selector=parse_label_selector("app in (web,db)"))) == \
-        ["db-1", "web-1", "web-2", "web-config"]
+    assert sorted(names(labelled, label_selector=parse_label_selector("app in (web,db)"))) == [
+        "db-1",
+        "web-1",
+        "web-2",
+        "web-config",
+    ]
     assert names(labelled, kind="Pod", label_selector=parse_label_selector("tier,app!=web")) == ["api-1"]
 
 
 def test_application_and_cluster_monikers():
     c = Cache()
-    c.apply("a", [
-        added("Deployment", "web", app="shop", cluster="deployment web"),
-        added("Pod", "web-1", app="shop", cluster="deployment web"),
-        added("Pod", "api-1", app="shop", cluster="deployment api"),
-        added("Pod", "other", app="blog"),
-        added("Pod", "none"),
-    ])
+    c.apply(
+        "a",
+        [
+            added("Deployment", "web", app="shop", cluster="deployment web"),
+            added("Pod", "web-1", app="shop", cluster="deployment web"),
+            added("Pod", "api-1", app="shop", cluster="deployment api"),
+            added("Pod", "other", app="blog"),
+            added("Pod", "none"),
+        ],
+    )
     assert sorted(names(c, application="shop")) == ["api-1", "web", "web-1"]
     assert names(c, kind="Pod", application="shop", cluster="deployment web") == ["web-1"]
     assert names(c, cluster="deployment api") == ["api-1"]
@@ -298,8 +371,13 @@ def test_changed_labels_and_monikers_move_the_object_in_the_index():
     c = Cache()
     c.apply("a", [added("Pod", f"p{i}", rv="1", labels={"app": "web"}, app="shop") for i in range(10)])
     # away and back before the index lists are compacted: listed once, not lost
-    c.apply("a", [modified("Pod", "p0", rv="2", labels={"app": "api"}, app="blog"),
-                  modified("Pod", "p0", rv="3", labels={"app": "web"}, app="shop")])
+    c.apply(
+        "a",
+        [
+            modified("Pod", "p0", rv="2", labels={"app": "api"}, app="blog"),
+            modified("Pod", "p0", rv="3", labels={"app": "web"}, app="shop"),
+        ],
+    )
     assert names(c, label_selector=web) == names(c, application="shop") == [f"p{i}" for i in range(10)]
     c.apply("a", [modified("Pod", f"p{i}", rv="4", labels={"app": "api"}, app="blog") for i in range(8)])
     assert names(c, label_selector=web) == names(c, application="shop") == ["p8", "p9"]
@@ -326,8 +404,11 @@ async def test_a_subscription_receives_real_changes():
     async with c.subscribe() as sub:
         c.apply("a", [added("Pod", "p", rv="1"), modified("Pod", "p", rv="2"), deleted("Pod", "p", rv="3")])
         changes = [await anext(sub) for _ in range(3)]
-    assert [(x.type, x.name, x.resource_version) for x in changes] == \
-        [("ADDED", "p", "1"), ("MODIFIED", "p", "2"), ("DELETED", "p", "3")]
+    assert [(x.type, x.name, x.resource_version) for x in changes] == [
+        ("ADDED", "p", "1"),
+        ("MODIFIED", "p", "2"),
+        ("DELETED", "p", "3"),
+    ]
     assert changes[0] == Change("a", "ADDED", "", "v1", "Pod", "default", "p", "1", body("p", rv="1"))
     assert changes[2].object == body("p", rv="2")  # the DELETED event had no body: the last one known
     assert sub.closed
@@ -356,8 +437,9 @@ async def test_subscription_filters():
     by_account = c.subscribe(accounts=["b"])
     by_kind = c.subscribe(kinds=["deployment.apps", "configmap"])
     by_namespace = c.subscribe(namespaces=["ns1"])
-    c.apply("a", [added("Pod", "a-pod", "ns1"), added("Deployment", "a-deploy", "ns2"),
-                  added("ConfigMap", "a-cm", "ns2")])
+    c.apply(
+        "a", [added("Pod", "a-pod", "ns1"), added("Deployment", "a-deploy", "ns2"), added("ConfigMap", "a-cm", "ns2")]
+    )
     c.apply("b", [added("Pod", "b-pod", "ns2")])
     assert [x.name for x in pending(by_account)] == ["b-pod"]
     assert [x.name for x in pending(by_kind)] == ["a-deploy", "a-cm"]
@@ -372,7 +454,6 @@ async def test_an_identical_resend_is_not_a_change():
     assert [(x.type, x.name) for x in pending(sub)] == [("MODIFIED", "q")]  # an agent's ADDED, a change here
 
 
-
 async def test_an_object_of_a_rebuilt_cluster_replaces_ours_even_under_the_same_version():
     # A cluster whose storage was replaced reuses resourceVersions: the same name and version
     # now stand for another object (another uid), which the snapshot must bring in.
@@ -384,6 +465,7 @@ async def test_an_object_of_a_rebuilt_cluster_replaces_ours_even_under_the_same_
     c.apply("a", [begin("Pod"), added("Pod", "p", rv="7", obj=new), end("Pod")])
     assert orjson.loads(c.get("a", "Pod", "default", "p"))["metadata"]["uid"] == "new"
     assert [(x.type, x.name) for x in pending(sub)] == [("MODIFIED", "p")]
+
 
 async def test_snapshot_sweeps_and_dropped_accounts_are_deletions():
     c = Cache()
@@ -431,9 +513,11 @@ async def test_close_unsubscribes():
 
 # ---- read-your-writes ----------------------------------------------------------------------------
 
+
 def expect(kind: str, name: str, rv: str = "", ns: str = "default", deleted: bool = False) -> pb.CacheExpectation:
-    return pb.CacheExpectation(group=GROUPS.get(kind, ""), kind=kind, namespace=ns, name=name,
-                               resource_version=rv, deleted=deleted)
+    return pb.CacheExpectation(
+        group=GROUPS.get(kind, ""), kind=kind, namespace=ns, name=name, resource_version=rv, deleted=deleted
+    )
 
 
 def test_reached_compares_versions_as_numbers_and_deletions_by_absence():
@@ -453,8 +537,9 @@ def test_reached_compares_versions_as_numbers_and_deletions_by_absence():
 async def test_wait_for_returns_when_the_events_arrive():
     c = Cache()
     c.apply("a", [added("Deployment", "web", rv="5"), added("ConfigMap", "old", rv="6")])
-    waiting = asyncio.create_task(c.wait_for("a", [expect("Deployment", "web", "8"),
-                                                   expect("ConfigMap", "old", deleted=True)], timeout=30))
+    waiting = asyncio.create_task(
+        c.wait_for("a", [expect("Deployment", "web", "8"), expect("ConfigMap", "old", deleted=True)], timeout=30)
+    )
     await asyncio.sleep(0)
     c.apply("a", [modified("Deployment", "web", rv="7")])
     await asyncio.sleep(0)

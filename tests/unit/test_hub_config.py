@@ -84,15 +84,19 @@ def test_full_file(hub_dir):
     assert config.server.replica_name == "hub-a"
     assert config.tls.enabled
     assert (config.tls.cert_file, config.tls.key_file, config.tls.client_ca_file) == (
-        hub_dir / "hub.pem", hub_dir / "hub-key.pem", hub_dir / "ca.pem")
+        hub_dir / "hub.pem",
+        hub_dir / "hub-key.pem",
+        hub_dir / "ca.pem",
+    )
     assert config.auth.token.get_secret_value() == TOKEN
     assert config.database.url == f"postgresql+asyncpg://hub:{PASSWORD}@db.example.com:5432/hub"
     assert config.sessions.grace_seconds == 2.5
     assert (config.grpc.max_message_bytes, config.grpc.keep_alive_seconds) == (1024, 0)
 
 
-def test_relative_paths_resolve_against_the_files_directory_not_the_working_directory(hub_dir, tmp_path_factory,
-                                                                                        monkeypatch):
+def test_relative_paths_resolve_against_the_files_directory_not_the_working_directory(
+    hub_dir, tmp_path_factory, monkeypatch
+):
     monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
     config = load(hub_dir, "tls:\n  certFile: hub.pem\n  keyFile: ./sub/../hub-key.pem\n")
     assert (config.tls.cert_file, config.tls.key_file) == (hub_dir / "hub.pem", hub_dir / "hub-key.pem")
@@ -100,9 +104,16 @@ def test_relative_paths_resolve_against_the_files_directory_not_the_working_dire
 
 @pytest.mark.parametrize(
     "url",
-    ["sqlite://", "sqlite:///hub.db", "sqlite:////var/lib/hub.db", "sqlite+aiosqlite:///hub.db",
-     "postgresql://u:p@db/hub", "postgresql:///hub?host=/var/run/postgresql", "mysql+aiomysql://u@[::1]:3306/hub",
-     "mariadb://db.example.com/hub"],
+    [
+        "sqlite://",
+        "sqlite:///hub.db",
+        "sqlite:////var/lib/hub.db",
+        "sqlite+aiosqlite:///hub.db",
+        "postgresql://u:p@db/hub",
+        "postgresql:///hub?host=/var/run/postgresql",
+        "mysql+aiomysql://u@[::1]:3306/hub",
+        "mariadb://db.example.com/hub",
+    ],
 )
 def test_supported_database_urls(tmp_path, url):
     assert load(tmp_path, f"database:\n  url: '{url}'\n").database.url == url
@@ -179,12 +190,16 @@ def test_command_line_overrides_win_and_are_validated(tmp_path):
         ("server:\n  httpPort: -1\n", "server.httpPort: must be at least 0, got -1"),
         ("server:\n  grpcPort: '9091'\n", "server.grpcPort: expected an integer, got a string ('9091')"),
         ("server:\n  grpcPort: 7002\n", "server.httpPort: 7002 is also server.grpcPort: give each its own port (or 0)"),
-        ("server:\n  host: 'h:1'\n",
-         "server.host: 'h:1' is not a host name or IP address (give the ports separately, in server.grpcPort and "
-         "server.httpPort)"),
-        ("server:\n  replicaName: 'a b'\n",
-         "server.replicaName: 'a b' is not a valid replica name: use 1-253 letters, digits, '-', '_' or '.', "
-         "starting and ending with a letter or digit"),
+        (
+            "server:\n  host: 'h:1'\n",
+            "server.host: 'h:1' is not a host name or IP address (give the ports separately, in server.grpcPort and "
+            "server.httpPort)",
+        ),
+        (
+            "server:\n  replicaName: 'a b'\n",
+            "server.replicaName: 'a b' is not a valid replica name: use 1-253 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+        ),
         ("server:\n  grpcport: 1\n", "server.grpcport: unknown key (did you mean 'grpcPort'?)"),
         ("server:\n  grpc_port: 1\n", "server.grpc_port: unknown key (did you mean 'grpcPort'?)"),
         ("graceSeconds: 1\n", "graceSeconds: unknown key here (it belongs under 'sessions')"),
@@ -192,24 +207,46 @@ def test_command_line_overrides_win_and_are_validated(tmp_path):
         ("grpc:\n  maxMessageBytes: 1023\n", "grpc.maxMessageBytes: must be at least 1024, got 1023"),
         ("grpc:\n  maxMessageBytes: 268435457\n", "grpc.maxMessageBytes: must be at most 268435456, got 268435457"),
         ("grpc:\n  keepAliveSeconds: -1\n", "grpc.keepAliveSeconds: must be at least 0, got -1"),
-        ("tls:\n  certFile: hub.pem\n", "tls.keyFile: required when certFile is set (a certificate needs its private key)"),
-        ("tls:\n  keyFile: hub-key.pem\n", "tls.certFile: required when keyFile is set (a private key needs its certificate)"),
-        ("tls:\n  clientCaFile: ca.pem\n",
-         "tls.clientCaFile: needs certFile and keyFile: client certificates (mTLS) are only checked on a TLS port"),
-        ("tls:\n  certFile: missing.pem\n  keyFile: hub-key.pem\n", "tls.certFile: <dir>/missing.pem: the file does not exist"),
+        (
+            "tls:\n  certFile: hub.pem\n",
+            "tls.keyFile: required when certFile is set (a certificate needs its private key)",
+        ),
+        (
+            "tls:\n  keyFile: hub-key.pem\n",
+            "tls.certFile: required when keyFile is set (a private key needs its certificate)",
+        ),
+        (
+            "tls:\n  clientCaFile: ca.pem\n",
+            "tls.clientCaFile: needs certFile and keyFile: client certificates (mTLS) are only checked on a TLS port",
+        ),
+        (
+            "tls:\n  certFile: missing.pem\n  keyFile: hub-key.pem\n",
+            "tls.certFile: <dir>/missing.pem: the file does not exist",
+        ),
         ("tls:\n  certFile: .\n  keyFile: hub-key.pem\n", "tls.certFile: <dir>: a directory, not a file"),
-        ("auth:\n  token: 'two words'\n",
-         "auth.token: must be printable ASCII without spaces or line breaks (it is sent in a header); the value is not shown"),
-        ("database:\n  url: 'oracle://db/hub'\n",
-         "database.url: 'oracle' is not a supported database: use sqlite, postgresql, mysql or mariadb, optionally "
-         "with a driver ('postgresql+asyncpg', 'sqlite+aiosqlite')"),
-        ("database:\n  url: 'hub.db'\n",
-         "database.url: not a database URL (e.g. 'sqlite:///scale-agent-hub.db' or "
-         "'postgresql+asyncpg://user:password@db.example.com:5432/hub'); the value is not shown, it may hold a password"),
-        ("database:\n  url: 'mysql://db:http/hub'\n", "database.url: the port in the URL must be a number from 1 to 65535"),
-        ("database:\n  url: 'sqlite://hub.db'\n",
-         "database.url: an SQLite URL names a file, not a server: 'sqlite:///relative/path.db' (three slashes) or "
-         "'sqlite:////absolute/path.db' (four)"),
+        (
+            "auth:\n  token: 'two words'\n",
+            "auth.token: must be printable ASCII without spaces or line breaks (it is sent in a header); the value is not shown",
+        ),
+        (
+            "database:\n  url: 'oracle://db/hub'\n",
+            "database.url: 'oracle' is not a supported database: use sqlite, postgresql, mysql or mariadb, optionally "
+            "with a driver ('postgresql+asyncpg', 'sqlite+aiosqlite')",
+        ),
+        (
+            "database:\n  url: 'hub.db'\n",
+            "database.url: not a database URL (e.g. 'sqlite:///scale-agent-hub.db' or "
+            "'postgresql+asyncpg://user:password@db.example.com:5432/hub'); the value is not shown, it may hold a password",
+        ),
+        (
+            "database:\n  url: 'mysql://db:http/hub'\n",
+            "database.url: the port in the URL must be a number from 1 to 65535",
+        ),
+        (
+            "database:\n  url: 'sqlite://hub.db'\n",
+            "database.url: an SQLite URL names a file, not a server: 'sqlite:///relative/path.db' (three slashes) or "
+            "'sqlite:////absolute/path.db' (four)",
+        ),
     ],
 )
 def test_validation_errors(hub_dir, text, expected):
@@ -257,7 +294,13 @@ def test_secrets_are_not_in_repr_or_str(tmp_path):
         (f"database:\n  url: 'postgres://u:{PASSWORD}@db/hub'\n", {}),
         (f"database:\n  url: 'postgresql://u:{PASSWORD}@db:x/hub'\n", {}),
         (f"database:\n  url: 'u:{PASSWORD}@db/hub'\n", {}),
-        ("", {"SCALE_AGENT_HUB_DATABASE__URL": f"sqlite://u:{PASSWORD}@db/hub", "SCALE_AGENT_HUB_AUTH__TOKEN": f"{TOKEN}\n"}),
+        (
+            "",
+            {
+                "SCALE_AGENT_HUB_DATABASE__URL": f"sqlite://u:{PASSWORD}@db/hub",
+                "SCALE_AGENT_HUB_AUTH__TOKEN": f"{TOKEN}\n",
+            },
+        ),
     ],
 )
 def test_secrets_are_not_in_error_messages(tmp_path, text, environ):
@@ -290,12 +333,18 @@ def test_dynamic_accounts_defaults_are_the_seeds():
     d = config.dynamic_accounts
     assert (d.retry_frequency_seconds, d.max_retries, d.agent_timeout_seconds) == (5, 3, 15)
     assert d.encryption_key.get_secret_value() == "" and not d.interceptor.enabled and d.name_patterns == ()
-    assert (config.kubernetes.kubeconfig_file, config.kubernetes.context, config.kubernetes.namespace) == (None, None, None)
+    assert (config.kubernetes.kubeconfig_file, config.kubernetes.context, config.kubernetes.namespace) == (
+        None,
+        None,
+        None,
+    )
 
 
 def test_dynamic_accounts_and_kubernetes_sections(tmp_path):
     (tmp_path / "kubeconfig").write_text("apiVersion: v1\n")
-    config = load(tmp_path, f"""\
+    config = load(
+        tmp_path,
+        f"""\
         dynamicAccounts:
           retryFrequencySeconds: 0.5
           maxRetries: 0
@@ -308,7 +357,8 @@ def test_dynamic_accounts_and_kubernetes_sections(tmp_path):
           kubeconfigFile: kubeconfig
           context: admin
           namespace: spinnaker
-        """)
+        """,
+    )
     d = config.dynamic_accounts
     assert (d.retry_frequency_seconds, d.max_retries, d.agent_timeout_seconds) == (0.5, 0, 30)
     assert d.encryption_key.get_secret_value() == KEY and KEY not in repr(config) and KEY not in str(config)
@@ -320,25 +370,41 @@ def test_dynamic_accounts_and_kubernetes_sections(tmp_path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("dynamicAccounts:\n  retryFrequencySeconds: 0\n", "dynamicAccounts.retryFrequencySeconds: must be greater than 0, got 0"),
+        (
+            "dynamicAccounts:\n  retryFrequencySeconds: 0\n",
+            "dynamicAccounts.retryFrequencySeconds: must be greater than 0, got 0",
+        ),
         ("dynamicAccounts:\n  maxRetries: -1\n", "dynamicAccounts.maxRetries: must be at least 0, got -1"),
         # the section holds a secret (encryptionKey): no value of it is shown
         ("dynamicAccounts:\n  maxRetries: '3'\n", "dynamicAccounts.maxRetries: expected an integer, got a string"),
-        ("dynamicAccounts:\n  encryptionKey: hunter2\n",
-         "dynamicAccounts.encryptionKey: the encryption key is not a Fernet key: it must be 32 random bytes in URL-safe "
-         "base64 (44 characters ending in '='), e.g. from `scale-agent accounts generate-key`; the value is not shown"),
+        (
+            "dynamicAccounts:\n  encryptionKey: hunter2\n",
+            "dynamicAccounts.encryptionKey: the encryption key is not a Fernet key: it must be 32 random bytes in URL-safe "
+            "base64 (44 characters ending in '='), e.g. from `scale-agent accounts generate-key`; the value is not shown",
+        ),
         ("dynamicAccounts:\n  encryptionKey: 12\n", "dynamicAccounts.encryptionKey: expected a string, got an integer"),
-        ("dynamicAccounts:\n  namePatterns: ['prod-(']\n",
-         "dynamicAccounts.namePatterns[0]: 'prod-(' is not a regular expression: missing ), unterminated subpattern at "
-         "position 5"),
-        ("dynamicAccounts:\n  retryFrequency: 5\n",
-         "dynamicAccounts.retryFrequency: unknown key (did you mean 'retryFrequencySeconds'?)"),
-        ("kubernetes:\n  kubeconfigFile: missing.yml\n", "kubernetes.kubeconfigFile: <dir>/missing.yml: the file does not exist"),
-        ("kubernetes:\n  context: admin\n",
-         "kubernetes.context: only applies with kubeconfigFile (the in-cluster service account has no contexts)"),
-        ("kubernetes:\n  namespace: Spinnaker\n",
-         "kubernetes.namespace: 'Spinnaker' is not a namespace name: use at most 63 lowercase letters, digits and '-', "
-         "starting and ending with a letter or digit"),
+        (
+            "dynamicAccounts:\n  namePatterns: ['prod-(']\n",
+            "dynamicAccounts.namePatterns[0]: 'prod-(' is not a regular expression: missing ), unterminated subpattern at "
+            "position 5",
+        ),
+        (
+            "dynamicAccounts:\n  retryFrequency: 5\n",
+            "dynamicAccounts.retryFrequency: unknown key (did you mean 'retryFrequencySeconds'?)",
+        ),
+        (
+            "kubernetes:\n  kubeconfigFile: missing.yml\n",
+            "kubernetes.kubeconfigFile: <dir>/missing.yml: the file does not exist",
+        ),
+        (
+            "kubernetes:\n  context: admin\n",
+            "kubernetes.context: only applies with kubeconfigFile (the in-cluster service account has no contexts)",
+        ),
+        (
+            "kubernetes:\n  namespace: Spinnaker\n",
+            "kubernetes.namespace: 'Spinnaker' is not a namespace name: use at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+        ),
     ],
 )
 def test_dynamic_accounts_validation_errors(tmp_path, text, expected):
@@ -346,9 +412,14 @@ def test_dynamic_accounts_validation_errors(tmp_path, text, expected):
 
 
 def test_dynamic_accounts_from_the_environment():
-    config = load_hub_config(None, environ={"SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__MAX_RETRIES": "7",
-                                            "SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__INTERCEPTOR__ENABLED": "true",
-                                            "SCALE_AGENT_HUB_KUBERNETES__NAMESPACE": "spinnaker"})
+    config = load_hub_config(
+        None,
+        environ={
+            "SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__MAX_RETRIES": "7",
+            "SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__INTERCEPTOR__ENABLED": "true",
+            "SCALE_AGENT_HUB_KUBERNETES__NAMESPACE": "spinnaker",
+        },
+    )
     assert config.dynamic_accounts.max_retries == 7 and config.dynamic_accounts.interceptor.enabled
     assert config.kubernetes.namespace == "spinnaker"
 

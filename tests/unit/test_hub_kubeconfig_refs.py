@@ -26,43 +26,59 @@ current-context: ctx
 
 def test_the_seeds_reference():
     assert parse_reference("encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker") == SecretRef(
-        "kubeconfig", "config", "spinnaker")
+        "kubeconfig", "config", "spinnaker"
+    )
 
 
-@pytest.mark.parametrize(("reference", "expected"), [
-    ("encryptedFile:k8s!ns:spinnaker!k:config!n:kubeconfig", SecretRef("kubeconfig", "config", "spinnaker")),
-    ("encryptedFile:k8s!n:kc!k:kube.config", SecretRef("kc", "kube.config", None)),
-    ("encrypted:k8s!n:kc!k:config", SecretRef("kc", "config", None)),
-    ("/etc/kube/prod.yml", FileRef(Path("/etc/kube/prod.yml"))),
-    ("relative/prod.yml", FileRef(Path("relative/prod.yml"))),
-])
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("encryptedFile:k8s!ns:spinnaker!k:config!n:kubeconfig", SecretRef("kubeconfig", "config", "spinnaker")),
+        ("encryptedFile:k8s!n:kc!k:kube.config", SecretRef("kc", "kube.config", None)),
+        ("encrypted:k8s!n:kc!k:config", SecretRef("kc", "config", None)),
+        ("/etc/kube/prod.yml", FileRef(Path("/etc/kube/prod.yml"))),
+        ("relative/prod.yml", FileRef(Path("relative/prod.yml"))),
+    ],
+)
 def test_forms(reference, expected):
     assert parse_reference(reference) == expected
 
 
-@pytest.mark.parametrize(("reference", "message"), [
-    ("", "the kubeconfig reference is empty"),
-    ("encryptedFile:s3!b:bucket!f:file", "the secret engine 's3' is not supported; the hub reads Kubernetes Secrets"),
-    ("encryptedFile:k8s!n:kc", "the key is missing (k:<key>)"),
-    ("encryptedFile:k8s!k:config", "the name is missing (n:<name>)"),
-    ("encryptedFile:k8s!n:kc!k:config!n:other", "n: is given twice"),
-    ("encryptedFile:k8s!n:kc!k:", "k: has no value"),
-    ("encryptedFile:k8s!n:kc!k:config!namespace:x", "'namespace:x' is not a parameter"),
-    ("encryptedFile:k8s!n:Bad_Name!k:config", "'Bad_Name' is not a Secret name"),
-    ("encryptedFile:k8s!n:kc!k:a/b", "'a/b' is not a Secret key"),
-    ("encryptedFile:k8s!n:kc!k:config!ns:Spin", "'Spin' is not a namespace name"),
-])
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("", "the kubeconfig reference is empty"),
+        (
+            "encryptedFile:s3!b:bucket!f:file",
+            "the secret engine 's3' is not supported; the hub reads Kubernetes Secrets",
+        ),
+        ("encryptedFile:k8s!n:kc", "the key is missing (k:<key>)"),
+        ("encryptedFile:k8s!k:config", "the name is missing (n:<name>)"),
+        ("encryptedFile:k8s!n:kc!k:config!n:other", "n: is given twice"),
+        ("encryptedFile:k8s!n:kc!k:", "k: has no value"),
+        ("encryptedFile:k8s!n:kc!k:config!namespace:x", "'namespace:x' is not a parameter"),
+        ("encryptedFile:k8s!n:Bad_Name!k:config", "'Bad_Name' is not a Secret name"),
+        ("encryptedFile:k8s!n:kc!k:a/b", "'a/b' is not a Secret key"),
+        ("encryptedFile:k8s!n:kc!k:config!ns:Spin", "'Spin' is not a namespace name"),
+    ],
+)
 def test_malformed_references_say_what_is_wrong(reference, message):
     with pytest.raises(KubeconfigRefError) as caught:
         parse_reference(reference)
     assert message in str(caught.value)
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"clusters: [\n  - {name: c\n users: token-abc123", "origin: not a kubeconfig: invalid YAML (line 2, column 3)"),
-    (b"\xff\xfe", "origin: not a kubeconfig: not UTF-8 text (invalid byte at offset 0)"),
-    (b"password: hunter2\n", "origin: not a kubeconfig: it has no 'clusters' list"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b"clusters: [\n  - {name: c\n users: token-abc123",
+            "origin: not a kubeconfig: invalid YAML (line 2, column 3)",
+        ),
+        (b"\xff\xfe", "origin: not a kubeconfig: not UTF-8 text (invalid byte at offset 0)"),
+        (b"password: hunter2\n", "origin: not a kubeconfig: it has no 'clusters' list"),
+    ],
+)
 def test_content_that_is_not_a_kubeconfig_is_refused_without_quoting_it(content, message):
     with pytest.raises(KubeconfigRefError) as caught:
         check_kubeconfig(content, "origin")
@@ -81,7 +97,9 @@ async def test_files(tmp_path):
     path = tmp_path / "prod.yml"
     path.write_bytes(GOOD)
     assert await resolver.resolve(str(path)) == GOOD
-    with pytest.raises(KubeconfigRefError, match=rf"kubeconfig file {tmp_path / 'nope.yml'}: the file does not exist on the hub"):
+    with pytest.raises(
+        KubeconfigRefError, match=rf"kubeconfig file {tmp_path / 'nope.yml'}: the file does not exist on the hub"
+    ):
         await resolver.resolve(str(tmp_path / "nope.yml"))
     with pytest.raises(KubeconfigRefError, match=r"a directory, not a file"):
         await resolver.resolve(str(tmp_path))

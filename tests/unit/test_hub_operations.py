@@ -17,21 +17,33 @@ from scaleagent.protocol import pb
 def registry_with(account: str = "prod") -> tuple[Registry, Session, list[pb.Operation]]:
     registry = Registry(Cache(), grace_seconds=60, replica="r")
     session = registry.open(Session(agent_id="agent-1", zone_id="", agent_version="test", peer="test", replica="r"))
-    registry.describe(session, account, api_host="https://k", fingerprint="AA", server_version="v1.30.0",
-                      agent_state="watching", reason="", kinds=["ConfigMap"], properties={})
+    registry.describe(
+        session,
+        account,
+        api_host="https://k",
+        fingerprint="AA",
+        server_version="v1.30.0",
+        agent_state="watching",
+        reason="",
+        kinds=["ConfigMap"],
+        properties={},
+    )
     sent: list[pb.Operation] = []
     session.operate = sent.append
     return registry, session, sent
 
 
-@pytest.mark.parametrize("body, words", [
-    ({}, "non-empty JSON list"),
-    ([], "non-empty JSON list"),
-    ([{"deployManifest": {}, "scaleManifest": {}}], "exactly one key"),
-    ([{"deployManifests": {"account": "a"}}], "unknown operation type 'deployManifests'"),
-    ([{"deployManifest": []}], "must be a JSON object"),
-    ([{"deployManifest": {"account": 5}}], "account is required"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({}, "non-empty JSON list"),
+        ([], "non-empty JSON list"),
+        ([{"deployManifest": {}, "scaleManifest": {}}], "exactly one key"),
+        ([{"deployManifests": {"account": "a"}}], "unknown operation type 'deployManifests'"),
+        ([{"deployManifest": []}], "must be a JSON object"),
+        ([{"deployManifest": {"account": 5}}], "account is required"),
+    ],
+)
 def test_malformed_operation_lists_are_refused(body, words):
     with pytest.raises(BadOperations, match=words):
         parse_operations(body)
@@ -45,37 +57,58 @@ def test_every_problem_of_a_list_is_named_and_credentials_stand_for_account():
     assert (op.type, op.account) == ("scaleManifest", "prod")
 
 
-@pytest.mark.parametrize("description", [
-    {"replicas": 0}, {"replicas": 2**31 - 1}, {"replicas": "3"}, {"replicas": " 3 "},  # Deck sends strings
-    {"replicas": None},  # absent: the agent says it is required
-])
+@pytest.mark.parametrize(
+    "description",
+    [
+        {"replicas": 0},
+        {"replicas": 2**31 - 1},
+        {"replicas": "3"},
+        {"replicas": " 3 "},  # Deck sends strings
+        {"replicas": None},  # absent: the agent says it is required
+    ],
+)
 def test_a_scale_within_kubernetes_int32_is_taken(description):
     (op,) = parse_operations([{"scaleManifest": {"account": "prod", **description}}])
     assert op.description == {"account": "prod", **description}
 
 
-@pytest.mark.parametrize("description", [
-    {"revision": ""}, {"revision": 0}, {"revision": 2**63 - 1}, {"numRevisionsBack": 1}, {"numRevisionsBack": "2"},
-])
+@pytest.mark.parametrize(
+    "description",
+    [
+        {"revision": ""},
+        {"revision": 0},
+        {"revision": 2**63 - 1},
+        {"numRevisionsBack": 1},
+        {"numRevisionsBack": "2"},
+    ],
+)
 def test_an_undo_within_int64_revisions_is_taken(description):
     parse_operations([{"undoRolloutManifest": {"account": "prod", **description}}])
 
 
 def test_numbers_out_of_range_are_each_named_with_the_range_before_any_task():
     with pytest.raises(BadOperations) as e:
-        parse_operations([
-            {"scaleManifest": {"account": "prod", "replicas": 2**31}},
-            {"deleteManifest": {"account": "prod", "options": {"gracePeriodSeconds": -1}}},
-            {"undoRolloutManifest": {"account": "prod", "revision": True, "numRevisionsBack": "9" * 5000}},
-            {"scaleManifest": {"account": "prod", "replicas": 2.6179136912079258e19}},  # JSON's 26179136912079257600
-        ])
+        parse_operations(
+            [
+                {"scaleManifest": {"account": "prod", "replicas": 2**31}},
+                {"deleteManifest": {"account": "prod", "options": {"gracePeriodSeconds": -1}}},
+                {"undoRolloutManifest": {"account": "prod", "revision": True, "numRevisionsBack": "9" * 5000}},
+                {
+                    "scaleManifest": {"account": "prod", "replicas": 2.6179136912079258e19}
+                },  # JSON's 26179136912079257600
+            ]
+        )
     assert str(e.value).split("; ") == [
         "operation 1 (scaleManifest): replicas: expected a whole number from 0 to 2147483647, got 2147483648",
-        ("operation 2 (deleteManifest): options.gracePeriodSeconds: expected a whole number from 0 to "
-         "9223372036854775807, got -1"),
+        (
+            "operation 2 (deleteManifest): options.gracePeriodSeconds: expected a whole number from 0 to "
+            "9223372036854775807, got -1"
+        ),
         "operation 3 (undoRolloutManifest): revision: expected a whole number from 0 to 9223372036854775807, got true",
-        ("operation 3 (undoRolloutManifest): numRevisionsBack: expected a whole number from 1 to 9223372036854775807, "
-         f"got '{'9' * 40}...'"),
+        (
+            "operation 3 (undoRolloutManifest): numRevisionsBack: expected a whole number from 1 to 9223372036854775807, "
+            f"got '{'9' * 40}...'"
+        ),
         "operation 4 (scaleManifest): replicas: expected a whole number from 0 to 2147483647, got 2.6179136912079258e+19",
     ]
 
@@ -123,19 +156,29 @@ async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did(
     registry, session, sent = registry_with()
     router = OperationRouter(registry)
     runner = TaskRunner(router, registry.cache, operation_wait_ms=30_000, max_tasks=10)
-    task = runner.submit(parse_operations([
-        {"deployManifest": {"account": "prod", "manifests": []}},
-        {"scaleManifest": {"account": "prod"}},
-    ]))
+    task = runner.submit(
+        parse_operations(
+            [
+                {"deployManifest": {"account": "prod", "manifests": []}},
+                {"scaleManifest": {"account": "prod"}},
+            ]
+        )
+    )
     for _ in range(100):
         if sent:
             break
         await asyncio.sleep(0)
     obj = {"kind": "ConfigMap", "metadata": {"name": "good", "namespace": "ns"}}
-    router.result(session, pb.OperationResult(
-        id=sent[0].id, ok=False, objects=orjson.dumps([obj]),
-        output=orjson.dumps({"failedManifest": "deployment bad", "notApplied": []}),
-        error=pb.Status(code=400, reason="BadRequest", message="deployment bad: unknown field")))
+    router.result(
+        session,
+        pb.OperationResult(
+            id=sent[0].id,
+            ok=False,
+            objects=orjson.dumps([obj]),
+            output=orjson.dumps({"failedManifest": "deployment bad", "notApplied": []}),
+            error=pb.Status(code=400, reason="BadRequest", message="deployment bad: unknown field"),
+        ),
+    )
     await asyncio.wait_for(task.done.wait(), 5)
     doc = task.document()
     assert doc["state"] == "failed" and doc["status"]["failed"] and len(sent) == 1

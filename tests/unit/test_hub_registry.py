@@ -13,8 +13,16 @@ CLUSTER_B = {"api_host": "https://10.0.0.2:6443", "fingerprint": "BB:02"}
 
 
 def describe(registry: Registry, session: Session, name: str, cluster: dict) -> str | None:
-    return registry.describe(session, name, server_version="v1.30.0", agent_state="watching", reason="",
-                             kinds=["ConfigMap"], properties={}, **cluster)
+    return registry.describe(
+        session,
+        name,
+        server_version="v1.30.0",
+        agent_state="watching",
+        reason="",
+        kinds=["ConfigMap"],
+        properties={},
+        **cluster,
+    )
 
 
 def session(registry: Registry, agent: str) -> Session:
@@ -24,9 +32,21 @@ def session(registry: Registry, agent: str) -> Session:
 
 
 def cached(cache: Cache, account: str, name: str = "cm") -> None:
-    cache.apply(account, [pb.Event(type=pb.ADDED, account=account, version="v1", kind="ConfigMap", namespace="ns",
-                                   name=name, resource_version="1",
-                                   object=b'{"kind":"ConfigMap","metadata":{"name":"%s","namespace":"ns"}}' % name.encode())])
+    cache.apply(
+        account,
+        [
+            pb.Event(
+                type=pb.ADDED,
+                account=account,
+                version="v1",
+                kind="ConfigMap",
+                namespace="ns",
+                name=name,
+                resource_version="1",
+                object=b'{"kind":"ConfigMap","metadata":{"name":"%s","namespace":"ns"}}' % name.encode(),
+            )
+        ],
+    )
 
 
 async def next_timers(loop: asyncio.AbstractEventLoop) -> None:
@@ -118,11 +138,45 @@ async def test_a_watching_account_keeps_only_the_kinds_and_namespaces_it_follows
     s = session(registry, "agent-1")
     describe(registry, s, "prod", CLUSTER_A)
     cached(cache, "prod", "kept")
-    cache.apply("prod", [pb.Event(type=pb.ADDED, account="prod", version="v1", kind="Secret", namespace="ns",
-                                  name="gone", resource_version="2", object=b'{"kind":"Secret","metadata":{}}')])
-    cache.apply("prod", [pb.Event(type=pb.ADDED, account="prod", version="v1", kind="ConfigMap", namespace="other",
-                                  name="gone", resource_version="3", object=b'{"kind":"ConfigMap","metadata":{}}')])
-    registry.describe(s, "prod", server_version="v1.30.0", agent_state="watching", reason="", kinds=["ConfigMap"],
-                      properties={"namespaces": ["ns"]}, **CLUSTER_A)
+    cache.apply(
+        "prod",
+        [
+            pb.Event(
+                type=pb.ADDED,
+                account="prod",
+                version="v1",
+                kind="Secret",
+                namespace="ns",
+                name="gone",
+                resource_version="2",
+                object=b'{"kind":"Secret","metadata":{}}',
+            )
+        ],
+    )
+    cache.apply(
+        "prod",
+        [
+            pb.Event(
+                type=pb.ADDED,
+                account="prod",
+                version="v1",
+                kind="ConfigMap",
+                namespace="other",
+                name="gone",
+                resource_version="3",
+                object=b'{"kind":"ConfigMap","metadata":{}}',
+            )
+        ],
+    )
+    registry.describe(
+        s,
+        "prod",
+        server_version="v1.30.0",
+        agent_state="watching",
+        reason="",
+        kinds=["ConfigMap"],
+        properties={"namespaces": ["ns"]},
+        **CLUSTER_A,
+    )
     assert cache.counts("prod") == {"ConfigMap": 1}
     assert cache.get("prod", "ConfigMap", "ns", "kept") is not None

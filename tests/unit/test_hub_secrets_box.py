@@ -50,12 +50,15 @@ async def test_wrong_key_is_reported_without_the_key_or_content():
     assert key not in message and "s3cr3t" not in message
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "the encryption key is empty"),
-    ("not-a-key", "the encryption key is not a Fernet key: it must be 32 random bytes in URL-safe base64"),
-    ("{k},", "key 2 of 2 is empty (a stray comma?)"),
-    ("{k},short", "key 2 of 2 is not a Fernet key"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "the encryption key is empty"),
+        ("not-a-key", "the encryption key is not a Fernet key: it must be 32 random bytes in URL-safe base64"),
+        ("{k},", "key 2 of 2 is empty (a stray comma?)"),
+        ("{k},short", "key 2 of 2 is not a Fernet key"),
+    ],
+)
 def test_malformed_keys_are_named_not_shown(text, message):
     with pytest.raises(EncryptionKeyError) as caught:
         parse_keys(text.format(k=generate_key()))
@@ -70,8 +73,10 @@ def test_the_key_comes_from_the_config_or_its_environment_variable_and_is_checke
     assert key not in repr(config)
     with pytest.raises(ConfigError) as caught:
         load_hub_config(None, environ={"SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__ENCRYPTION_KEY": "hunter2"})
-    assert str(caught.value).startswith("environment variable SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__ENCRYPTION_KEY: "
-                                        "dynamicAccounts.encryptionKey: the encryption key is not a Fernet key")
+    assert str(caught.value).startswith(
+        "environment variable SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__ENCRYPTION_KEY: "
+        "dynamicAccounts.encryptionKey: the encryption key is not a Fernet key"
+    )
     assert "hunter2" not in str(caught.value)
     box = SecretBox.for_hub(key, f"sqlite:///{tmp_path / 'hub.db'}")
     assert box.source == "dynamicAccounts.encryptionKey" and not list(tmp_path.iterdir())

@@ -25,31 +25,47 @@ def test_the_states_are_the_seeds_and_the_stores():
     assert TRANSIENT == {S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING}
 
 
-@pytest.mark.parametrize(("path"), [
-    # a migration that succeeds, as the seeds' PATCH drives it
-    [S.INACTIVE, S.TO_MIGRATE, S.ACTIVATING, S.ACTIVE],
-    # fails, is retried, succeeds
-    [S.INACTIVE, S.TO_MIGRATE, S.FAILED, S.TO_MIGRATE, S.ACTIVATING, S.FAILED, S.TO_MIGRATE, S.ACTIVATING, S.ACTIVE],
-    # orphaned and recovered with no manual step
-    [S.ACTIVE, S.ORPHANED, S.ACTIVE],
-    # deactivated, with agents to tell and without
-    [S.ACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING, S.INACTIVE],
-    [S.FAILED, S.TO_DEACTIVATE, S.INACTIVE],
-    # a deactivation an agent refuses is FAILED (and retried)
-    [S.ACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING, S.FAILED, S.TO_DEACTIVATE, S.DEACTIVATING, S.INACTIVE],
-])
+@pytest.mark.parametrize(
+    ("path"),
+    [
+        # a migration that succeeds, as the seeds' PATCH drives it
+        [S.INACTIVE, S.TO_MIGRATE, S.ACTIVATING, S.ACTIVE],
+        # fails, is retried, succeeds
+        [
+            S.INACTIVE,
+            S.TO_MIGRATE,
+            S.FAILED,
+            S.TO_MIGRATE,
+            S.ACTIVATING,
+            S.FAILED,
+            S.TO_MIGRATE,
+            S.ACTIVATING,
+            S.ACTIVE,
+        ],
+        # orphaned and recovered with no manual step
+        [S.ACTIVE, S.ORPHANED, S.ACTIVE],
+        # deactivated, with agents to tell and without
+        [S.ACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING, S.INACTIVE],
+        [S.FAILED, S.TO_DEACTIVATE, S.INACTIVE],
+        # a deactivation an agent refuses is FAILED (and retried)
+        [S.ACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING, S.FAILED, S.TO_DEACTIVATE, S.DEACTIVATING, S.INACTIVE],
+    ],
+)
 def test_the_lifecycles_of_the_seeds_are_allowed(path):
     for before, after in zip(path, path[1:]):
         check_transition("acc", before, after)
 
 
-@pytest.mark.parametrize(("before", "after", "reason"), [
-    (S.ACTIVATING, S.TO_MIGRATE, "a migration is already in progress; wait until it is ACTIVE or FAILED"),
-    (S.DEACTIVATING, S.TO_MIGRATE, "a deactivation is in progress; migrate it once it is INACTIVE"),
-    (S.INACTIVE, S.ACTIVE, "an account becomes ACTIVE through a migration (PATCH state ACTIVE), not directly"),
-    (S.INACTIVE, S.ORPHANED, "from INACTIVE an account can only go to TO_MIGRATE"),
-    (S.ACTIVE, S.INACTIVE, "from ACTIVE an account can only go to TO_MIGRATE, ORPHANED, TO_DEACTIVATE"),
-])
+@pytest.mark.parametrize(
+    ("before", "after", "reason"),
+    [
+        (S.ACTIVATING, S.TO_MIGRATE, "a migration is already in progress; wait until it is ACTIVE or FAILED"),
+        (S.DEACTIVATING, S.TO_MIGRATE, "a deactivation is in progress; migrate it once it is INACTIVE"),
+        (S.INACTIVE, S.ACTIVE, "an account becomes ACTIVE through a migration (PATCH state ACTIVE), not directly"),
+        (S.INACTIVE, S.ORPHANED, "from INACTIVE an account can only go to TO_MIGRATE"),
+        (S.ACTIVE, S.INACTIVE, "from ACTIVE an account can only go to TO_MIGRATE, ORPHANED, TO_DEACTIVATE"),
+    ],
+)
 def test_an_illegal_transition_says_why(before, after, reason):
     with pytest.raises(TransitionError) as caught:
         check_transition("prod-eu", before, after)

@@ -26,10 +26,17 @@ def deploy_type(c: Cluster):
 
 
 def deployment(name: str = "web", image: str = "nginx:1", replicas: int = 2) -> dict:
-    return {"metadata": {"name": name},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"containers": [{"name": "web", "image": image}]}}}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": image}]},
+            },
+        },
+    }
 
 
 def test_generation_counts_spec_changes_only(c):
@@ -164,11 +171,21 @@ async def test_deployment_rollout_and_rollback_reuse_revisions():
         rt, rs_rt = deploy_type(c), c.rt("apps", "v1", "replicasets")
         c.create(rt, "default", deployment(image="nginx:1"))
         await settle(ctrl)
-        c.patch(rt, "default", "web", "strategic", {"spec": {"template": {"spec": {"containers": [
-            {"name": "web", "image": "nginx:2"}]}}}})
+        c.patch(
+            rt,
+            "default",
+            "web",
+            "strategic",
+            {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:2"}]}}}},
+        )
         await settle(ctrl)
-        c.patch(rt, "default", "web", "strategic", {"spec": {"template": {"spec": {"containers": [
-            {"name": "web", "image": "nginx:1"}]}}}})
+        c.patch(
+            rt,
+            "default",
+            "web",
+            "strategic",
+            {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}}},
+        )
         await settle(ctrl)
         sets = {rs["spec"]["template"]["spec"]["containers"][0]["image"]: rs for rs in c.store.items(rs_rt.storage_key)}
         assert len(sets) == 2
@@ -231,8 +248,10 @@ async def test_a_dependent_goes_only_when_all_its_owners_have():
     async with live() as (c, ctrl):
         rt = cm_type(c)
         owners = [c.create(rt, "default", {"metadata": {"name": n}}) for n in ("owner-a", "owner-b")]
-        refs = [{"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}
-                for o in owners]
+        refs = [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"]}
+            for o in owners
+        ]
         c.create(rt, "default", {"metadata": {"name": "shared", "ownerReferences": refs}})
         c.delete(rt, "default", "owner-a")
         await settle(ctrl)
@@ -248,7 +267,8 @@ def test_field_types_are_checked_as_the_apiservers_decoder_does(c):
         c.create(cm_type(c), "default", {"metadata": {"name": "typed"}, "data": {"a": 5}}, field_validation="")
     assert err.value.code == 400 and err.value.message == (
         'ConfigMap in version "v1" cannot be handled as a ConfigMap: '
-        "json: cannot unmarshal number into Go struct field ConfigMap.data of type string")
+        "json: cannot unmarshal number into Go struct field ConfigMap.data of type string"
+    )
     bad = deployment()
     bad["spec"]["replicas"] = "2"
     with pytest.raises(StatusError) as err:
@@ -265,25 +285,48 @@ async def test_a_big_scale_up_does_not_hold_up_other_controllers():
     """Pods come in bounded batches, so one large ReplicaSet does not keep everything else waiting."""
     async with live() as (c, ctrl):
         created: list[str] = []
-        c.store.listen(lambda resource, ev: created.append(ev.obj["metadata"]["generateName"])
-                       if resource == "/pods" and ev.type == "ADDED" else None)
+        c.store.listen(
+            lambda resource, ev: (
+                created.append(ev.obj["metadata"]["generateName"])
+                if resource == "/pods" and ev.type == "ADDED"
+                else None
+            )
+        )
         big = deployment("big", replicas=250)
         c.create(c.rt("apps", "v1", "replicasets"), "default", big)
-        c.create(c.rt("batch", "v1", "jobs"), "default", {"metadata": {"name": "small"}, "spec": {"template": {
-            "spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}}})
+        c.create(
+            c.rt("batch", "v1", "jobs"),
+            "default",
+            {
+                "metadata": {"name": "small"},
+                "spec": {
+                    "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}
+                },
+            },
+        )
         await settle(ctrl)
         assert created.count("big-") == 250
         assert created.index("small-") < 250
 
 
 def widget_crd(subresources: dict | None = None) -> dict:
-    version = {"name": "v1", "served": True, "storage": True,
-               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+    version = {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    }
     if subresources is not None:
         version["subresources"] = subresources
-    return {"metadata": {"name": "widgets.example.com"},
-            "spec": {"group": "example.com", "scope": "Namespaced", "versions": [version],
-                     "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"}}}
+    return {
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "versions": [version],
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+        },
+    }
 
 
 def test_establishing_a_crd_does_not_rewrite_its_added_event(c):
@@ -302,8 +345,11 @@ def test_a_job_gets_a_generated_selector_and_pod_labels(c):
     uid = job["metadata"]["uid"]
     assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
     assert job["spec"]["template"]["metadata"]["labels"] == {
-        "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-        "batch.kubernetes.io/job-name": "once", "job-name": "once"}
+        "batch.kubernetes.io/controller-uid": uid,
+        "controller-uid": uid,
+        "batch.kubernetes.io/job-name": "once",
+        "job-name": "once",
+    }
     manual = c.create(jobs, "default", {"metadata": {"name": "manual"}, "spec": {**spec, "manualSelector": True}})
     assert "selector" not in manual["spec"]
 
@@ -313,6 +359,7 @@ def test_custom_resource_status_counts_as_a_change_without_a_status_subresource(
     c.create(c.rt("apiextensions.k8s.io", "v1", "customresourcedefinitions"), "", widget_crd(subresources))
     widgets = c.rt("example.com", "v1", "widgets")
     c.create(widgets, "default", {"metadata": {"name": "w"}, "spec": {"size": 1}})
-    written = c.patch(widgets, "default", "w", "merge", {"status": {"ready": True}},
-                      subresource="status" if subresources else "")
+    written = c.patch(
+        widgets, "default", "w", "merge", {"status": {"ready": True}}, subresource="status" if subresources else ""
+    )
     assert written["status"] == {"ready": True} and written["metadata"]["generation"] == generation

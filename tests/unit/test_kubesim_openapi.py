@@ -9,10 +9,24 @@ from scaleagent.kubesim.resources import BUILTIN, Registry
 
 CRD = {
     "metadata": {"name": "widgets.example.com"},
-    "spec": {"group": "example.com", "scope": "Namespaced",
-             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                 "type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+    "spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                    }
+                },
+            }
+        ],
+    },
 }
 
 
@@ -47,7 +61,9 @@ def test_unknown_fields_are_pruned_and_named():
     reg = Registry()
     validator = openapi.FieldValidator(reg, lambda: [])
     rt = reg.lookup("", "v1", "configmaps")
-    obj, unknown = validator.check(rt, {"metadata": {"name": "x", "labelz": {}}, "data": {"a": "b"}, "extra": 1}, "Warn")
+    obj, unknown = validator.check(
+        rt, {"metadata": {"name": "x", "labelz": {}}, "data": {"a": "b"}, "extra": 1}, "Warn"
+    )
     assert obj == {"metadata": {"name": "x"}, "data": {"a": "b"}}
     assert unknown == ['unknown field "metadata.labelz"', 'unknown field "extra"']
 
@@ -74,10 +90,10 @@ def _read(data: bytes) -> list[tuple[int, int, object]]:
             out.append((field, wire, varint()))
         elif wire == 2:
             n = varint()
-            out.append((field, wire, data[i:i + n]))
+            out.append((field, wire, data[i : i + n]))
             i += n
         elif wire == 1:
-            out.append((field, wire, data[i:i + 8]))
+            out.append((field, wire, data[i : i + 8]))
             i += 8
         else:
             raise AssertionError(f"unexpected wire type {wire}")
@@ -94,8 +110,9 @@ def test_v2_protobuf_carries_definitions_with_their_extensions():
     definitions = _fields(doc, 9)[0]
     named = {_fields(n, 1)[0].decode(): _fields(n, 2)[0] for n in _fields(definitions, 1)}
     deployment = named["io.k8s.api.apps.v1.Deployment"]
-    extensions = {_fields(e, 1)[0].decode(): yaml.safe_load(_fields(_fields(e, 2)[0], 2)[0])
-                  for e in _fields(deployment, 31)}
+    extensions = {
+        _fields(e, 1)[0].decode(): yaml.safe_load(_fields(_fields(e, 2)[0], 2)[0]) for e in _fields(deployment, 31)
+    }
     assert extensions["x-kubernetes-group-version-kind"] == [{"group": "apps", "kind": "Deployment", "version": "v1"}]
     spec_ref = [p for p in _fields(_fields(deployment, 25)[0], 1) if _fields(p, 1)[0] == b"spec"][0]
     assert _fields(_fields(spec_ref, 2)[0], 1) == [b"#/definitions/io.k8s.api.apps.v1.DeploymentSpec"]

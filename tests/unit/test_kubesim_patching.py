@@ -52,8 +52,9 @@ def template_patch(**pod_spec):
 
 
 def apply(live, obj, manager="kubectl", force=False, now=T0, **kw):
-    return server_side_apply(live, obj, manager=manager, force=force, group="apps", version="v1",
-                             kind="Deployment", now=now, **kw)
+    return server_side_apply(
+        live, obj, manager=manager, force=force, group="apps", version="v1", kind="Deployment", now=now, **kw
+    )
 
 
 def update(old, new, manager, now=T0, **kw):
@@ -61,8 +62,11 @@ def update(old, new, manager, now=T0, **kw):
 
 
 def entry(obj, manager, operation=None):
-    found = [e for e in obj["metadata"].get("managedFields", [])
-             if e["manager"] == manager and (operation is None or e["operation"] == operation)]
+    found = [
+        e
+        for e in obj["metadata"].get("managedFields", [])
+        if e["manager"] == manager and (operation is None or e["operation"] == operation)
+    ]
     assert len(found) <= 1
     return found[0] if found else None
 
@@ -104,10 +108,12 @@ def test_smp_set_element_order_reorders_and_deletes_like_kubectl_apply():
     assert [c["name"] for c in containers(live)] == ["b", "c", "nginx"]
 
     # what kubectl client-side apply sends to drop "b" and put nginx first
-    patch = template_patch(**{
-        "$setElementOrder/containers": [{"name": "nginx"}, {"name": "c"}],
-        "containers": [{"name": "b", "$patch": "delete"}],
-    })
+    patch = template_patch(
+        **{
+            "$setElementOrder/containers": [{"name": "nginx"}, {"name": "c"}],
+            "containers": [{"name": "b", "$patch": "delete"}],
+        }
+    )
     out = smp(live, patch)
 
     assert [c["name"] for c in containers(out)] == ["nginx", "c"]
@@ -127,13 +133,19 @@ def test_smp_primitive_list_directives_on_finalizers():
 
 
 def test_smp_service_ports_merge_on_port_container_ports_on_container_port():
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
-           "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "https", "port": 443}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}, {"name": "https", "port": 443}]},
+    }
 
     out = smp(svc, {"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}, group="", kind="Service")
     assert out["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 9090}, {"name": "https", "port": 443}]
 
-    dep = smp(deployment(), template_patch(containers=[{"name": "nginx", "ports": [{"containerPort": 80, "name": "web"}]}]))
+    dep = smp(
+        deployment(), template_patch(containers=[{"name": "nginx", "ports": [{"containerPort": 80, "name": "web"}]}])
+    )
     assert containers(dep)[0]["ports"] == [{"containerPort": 80, "name": "web"}]
 
 
@@ -158,8 +170,9 @@ def test_smp_patch_replace_and_retain_keys_directives():
     patch = {
         "spec": {
             "strategy": {"$retainKeys": ["type"], "type": "Recreate"},
-            "template": {"spec": {"containers": [
-                {"name": "nginx", "env": [{"name": "C", "value": "3"}, {"$patch": "replace"}]}]}},
+            "template": {
+                "spec": {"containers": [{"name": "nginx", "env": [{"name": "C", "value": "3"}, {"$patch": "replace"}]}]}
+            },
         },
         "metadata": {"labels": {"$patch": "replace", "only": "this"}},
     }
@@ -173,7 +186,10 @@ def test_smp_patch_replace_and_retain_keys_directives():
 
 
 def test_smp_does_not_mutate_inputs():
-    live, patch = deployment(), template_patch(containers=[{"name": "nginx", "image": "x", "env": [{"name": "A", "value": "1"}]}])
+    live, patch = (
+        deployment(),
+        template_patch(containers=[{"name": "nginx", "image": "x", "env": [{"name": "A", "value": "1"}]}]),
+    )
     live_before, patch_before = copy.deepcopy(live), copy.deepcopy(patch)
 
     out = smp(live, patch)
@@ -204,10 +220,13 @@ def test_smp_missing_merge_key_is_a_bad_request():
 
 
 def test_merge_patch_null_deletes_and_lists_replace():
-    out = apply_merge_patch(deployment(), {
-        "metadata": {"labels": {"app": None, "new": "x"}},
-        "spec": {"template": {"spec": {"containers": [{"name": "only"}]}}, "paused": None},
-    })
+    out = apply_merge_patch(
+        deployment(),
+        {
+            "metadata": {"labels": {"app": None, "new": "x"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "only"}]}}, "paused": None},
+        },
+    )
 
     assert out["metadata"]["labels"] == {"new": "x"}
     assert containers(out) == [{"name": "only"}]
@@ -219,16 +238,21 @@ def test_merge_patch_null_deletes_and_lists_replace():
 
 
 def test_json_patch_applies_and_reports_failures_like_the_apiserver():
-    out = apply_json_patch(deployment(), [
-        {"op": "test", "path": "/spec/replicas", "value": 2},
-        {"op": "replace", "path": "/spec/replicas", "value": 5},
-        {"op": "add", "path": "/metadata/labels/tier", "value": "web"},
-    ])
+    out = apply_json_patch(
+        deployment(),
+        [
+            {"op": "test", "path": "/spec/replicas", "value": 2},
+            {"op": "replace", "path": "/spec/replicas", "value": 5},
+            {"op": "add", "path": "/metadata/labels/tier", "value": "web"},
+        ],
+    )
     assert out["spec"]["replicas"] == 5 and out["metadata"]["labels"]["tier"] == "web"
 
-    for bad_op in ({"op": "test", "path": "/spec/replicas", "value": 3},
-                   {"op": "remove", "path": "/spec/nothing"},
-                   {"op": "replace", "path": "/no/such/path", "value": 1}):
+    for bad_op in (
+        {"op": "test", "path": "/spec/replicas", "value": 3},
+        {"op": "remove", "path": "/spec/nothing"},
+        {"op": "replace", "path": "/no/such/path", "value": 1},
+    ):
         with pytest.raises(PatchError) as err:
             apply_json_patch(deployment(), [bad_op])
         assert err.value.code == 422
@@ -244,43 +268,66 @@ def test_json_patch_applies_and_reports_failures_like_the_apiserver():
 def test_ssa_create_sets_managed_fields_in_kubernetes_format():
     out = apply(None, deployment())
 
-    assert out["metadata"]["managedFields"] == [{
-        "manager": "kubectl",
-        "operation": "Apply",
-        "apiVersion": "apps/v1",
-        "time": T0,
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {
-            "f:metadata": {"f:labels": {"f:app": {}}},
-            "f:spec": {
-                "f:replicas": {},
-                "f:selector": {},
-                "f:template": {
-                    "f:metadata": {"f:labels": {"f:app": {}}},
-                    "f:spec": {"f:containers": {'k:{"name":"nginx"}': {
-                        ".": {},
-                        "f:image": {},
-                        "f:name": {},
-                        "f:ports": {'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}},
-                    }}},
+    assert out["metadata"]["managedFields"] == [
+        {
+            "manager": "kubectl",
+            "operation": "Apply",
+            "apiVersion": "apps/v1",
+            "time": T0,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {
+                "f:metadata": {"f:labels": {"f:app": {}}},
+                "f:spec": {
+                    "f:replicas": {},
+                    "f:selector": {},
+                    "f:template": {
+                        "f:metadata": {"f:labels": {"f:app": {}}},
+                        "f:spec": {
+                            "f:containers": {
+                                'k:{"name":"nginx"}': {
+                                    ".": {},
+                                    "f:image": {},
+                                    "f:name": {},
+                                    "f:ports": {
+                                        'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}}
+                                    },
+                                }
+                            }
+                        },
+                    },
                 },
             },
-        },
-    }]
+        }
+    ]
     assert out["spec"] == deployment()["spec"]
 
 
 def test_update_on_create_gives_every_field_to_the_creator_with_dot_markers():
-    out = record_update(None, {"apiVersion": "v1", "kind": "ConfigMap",
-                               "metadata": {"name": "c", "labels": {"a": "b"}, "uid": "u1"},
-                               "data": {"k": "v"}},
-                        manager="kubectl-create", group="", version="v1", kind="ConfigMap", now=T0)
+    out = record_update(
+        None,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"a": "b"}, "uid": "u1"},
+            "data": {"k": "v"},
+        },
+        manager="kubectl-create",
+        group="",
+        version="v1",
+        kind="ConfigMap",
+        now=T0,
+    )
 
-    assert out["metadata"]["managedFields"] == [{
-        "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "time": T0,
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}},
-    }]
+    assert out["metadata"]["managedFields"] == [
+        {
+            "manager": "kubectl-create",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": T0,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:a": {}}}},
+        }
+    ]
 
 
 def test_ssa_conflicts_with_another_update_manager_on_replicas():
@@ -290,12 +337,17 @@ def test_ssa_conflicts_with_another_update_manager_on_replicas():
         apply(live, deployment(replicas=3))
 
     assert err.value.conflicts == [("kubectl-client-side-apply", ".spec.replicas")]
-    assert str(err.value) == ('Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" '
-                              'using apps/v1: .spec.replicas')
+    assert str(err.value) == (
+        'Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using apps/v1: .spec.replicas'
+    )
     assert err.value.code == 409
-    assert err.value.causes == [{"reason": "FieldManagerConflict",
-                                 "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
-                                 "field": ".spec.replicas"}]
+    assert err.value.causes == [
+        {
+            "reason": "FieldManagerConflict",
+            "message": 'conflict with "kubectl-client-side-apply" using apps/v1',
+            "field": ".spec.replicas",
+        }
+    ]
 
 
 def test_ssa_force_moves_ownership():
@@ -338,8 +390,11 @@ def test_ssa_leaves_fields_owned_by_others_or_nobody():
 
 def test_two_appliers_share_a_field_until_both_drop_it():
     live = apply(None, deployment(replicas=3), manager="alice")
-    live = apply(live, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"},
-                        "spec": {"replicas": 3}}, manager="bob")
+    live = apply(
+        live,
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"}, "spec": {"replicas": 3}},
+        manager="bob",
+    )
     assert "f:replicas" in entry(live, "alice")["fieldsV1"]["f:spec"]
     assert "f:replicas" in entry(live, "bob")["fieldsV1"]["f:spec"]
 
@@ -348,8 +403,9 @@ def test_two_appliers_share_a_field_until_both_drop_it():
     live = apply(live, config, manager="alice", now=T1)
     assert live["spec"]["replicas"] == 3  # bob still owns it
 
-    live = apply(live, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"}},
-                 manager="bob", now=T1)
+    live = apply(
+        live, {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"}}, manager="bob", now=T1
+    )
     assert "replicas" not in live["spec"]
     assert entry(live, "bob") is None  # an entry with no fields left is removed
 
@@ -407,17 +463,27 @@ def test_apply_to_untracked_object_credits_existing_fields_to_before_first_apply
 
 
 def test_custom_resource_lists_are_atomic_and_maps_granular():
-    cr = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
-          "spec": {"sizes": [1, 2], "config": {"a": 1}}}
-    live = server_side_apply(None, cr, manager="op", force=False, group="example.com", version="v1",
-                             kind="Widget", now=T0)
+    cr = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"sizes": [1, 2], "config": {"a": 1}},
+    }
+    live = server_side_apply(
+        None, cr, manager="op", force=False, group="example.com", version="v1", kind="Widget", now=T0
+    )
     assert entry(live, "op")["fieldsV1"] == {"f:spec": {"f:config": {".": {}, "f:a": {}}, "f:sizes": {}}}
 
-    other = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
-             "spec": {"sizes": [3], "config": {"b": 2}}}
+    other = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"sizes": [3], "config": {"b": 2}},
+    }
     with pytest.raises(ApplyConflict) as err:
-        server_side_apply(live, other, manager="me", force=False, group="example.com", version="v1",
-                          kind="Widget", now=T1)
+        server_side_apply(
+            live, other, manager="me", force=False, group="example.com", version="v1", kind="Widget", now=T1
+        )
     assert err.value.conflicts == [("op", ".spec.sizes")]
 
 
@@ -447,7 +513,7 @@ def test_ssa_several_conflicts_are_listed_per_manager():
     ]
     assert str(err.value) == (
         'Apply failed with 2 conflicts: conflicts with "helm" using apps/v1:\n'
-        '- .spec.replicas\n'
+        "- .spec.replicas\n"
         '- .spec.template.spec.containers[name="nginx"].image'
     )
 
@@ -462,29 +528,61 @@ def test_ssa_config_that_breaks_the_schema_is_invalid():
     assert 'duplicate entries for key [name="nginx"]' in err.value.message
 
 
-@pytest.mark.parametrize("group,kind,path,live_items,patch_items,expected", [
-    ("", "Pod", ("metadata", "ownerReferences"),
-     [{"uid": "u1", "name": "a", "kind": "ReplicaSet"}], [{"uid": "u1", "name": "b"}],
-     [{"uid": "u1", "name": "b", "kind": "ReplicaSet"}]),
-    ("", "Pod", ("status", "conditions"),
-     [{"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}],
-     [{"type": "Ready", "status": "True"}],
-     [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}]),
-    ("", "Pod", ("spec", "hostAliases"),
-     [{"ip": "10.0.0.1", "hostnames": ["a"]}], [{"ip": "10.0.0.1", "hostnames": ["b"]}],
-     [{"ip": "10.0.0.1", "hostnames": ["b"]}]),
-    ("", "Pod", ("spec", "imagePullSecrets"), [{"name": "a"}], [{"name": "b"}], [{"name": "b"}, {"name": "a"}]),
-    ("", "Pod", ("spec", "volumes"),
-     [{"name": "v", "emptyDir": {}}], [{"name": "v", "emptyDir": {"medium": "Memory"}}],
-     [{"name": "v", "emptyDir": {"medium": "Memory"}}]),
-    ("", "Pod", ("spec", "tolerations"),  # no patch strategy: replaced
-     [{"key": "a"}], [{"key": "b"}], [{"key": "b"}]),
-    ("batch", "CronJob", ("spec", "jobTemplate", "spec", "template", "spec", "initContainers"),
-     [{"name": "init", "image": "a", "volumeDevices": [{"devicePath": "/d", "name": "x"}]}],
-     [{"name": "init", "volumeDevices": [{"devicePath": "/d", "name": "y"}]}],
-     [{"name": "init", "image": "a", "volumeDevices": [{"devicePath": "/d", "name": "y"}]}]),
-    ("", "Node", ("spec", "podCIDRs"), ["10.0.0.0/24"], ["10.0.1.0/24"], ["10.0.1.0/24", "10.0.0.0/24"]),
-])
+@pytest.mark.parametrize(
+    "group,kind,path,live_items,patch_items,expected",
+    [
+        (
+            "",
+            "Pod",
+            ("metadata", "ownerReferences"),
+            [{"uid": "u1", "name": "a", "kind": "ReplicaSet"}],
+            [{"uid": "u1", "name": "b"}],
+            [{"uid": "u1", "name": "b", "kind": "ReplicaSet"}],
+        ),
+        (
+            "",
+            "Pod",
+            ("status", "conditions"),
+            [{"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}],
+            [{"type": "Ready", "status": "True"}],
+            [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}],
+        ),
+        (
+            "",
+            "Pod",
+            ("spec", "hostAliases"),
+            [{"ip": "10.0.0.1", "hostnames": ["a"]}],
+            [{"ip": "10.0.0.1", "hostnames": ["b"]}],
+            [{"ip": "10.0.0.1", "hostnames": ["b"]}],
+        ),
+        ("", "Pod", ("spec", "imagePullSecrets"), [{"name": "a"}], [{"name": "b"}], [{"name": "b"}, {"name": "a"}]),
+        (
+            "",
+            "Pod",
+            ("spec", "volumes"),
+            [{"name": "v", "emptyDir": {}}],
+            [{"name": "v", "emptyDir": {"medium": "Memory"}}],
+            [{"name": "v", "emptyDir": {"medium": "Memory"}}],
+        ),
+        (
+            "",
+            "Pod",
+            ("spec", "tolerations"),  # no patch strategy: replaced
+            [{"key": "a"}],
+            [{"key": "b"}],
+            [{"key": "b"}],
+        ),
+        (
+            "batch",
+            "CronJob",
+            ("spec", "jobTemplate", "spec", "template", "spec", "initContainers"),
+            [{"name": "init", "image": "a", "volumeDevices": [{"devicePath": "/d", "name": "x"}]}],
+            [{"name": "init", "volumeDevices": [{"devicePath": "/d", "name": "y"}]}],
+            [{"name": "init", "image": "a", "volumeDevices": [{"devicePath": "/d", "name": "y"}]}],
+        ),
+        ("", "Node", ("spec", "podCIDRs"), ["10.0.0.0/24"], ["10.0.1.0/24"], ["10.0.1.0/24", "10.0.0.0/24"]),
+    ],
+)
 def test_smp_uses_the_merge_key_of_the_field_at_that_path(group, kind, path, live_items, patch_items, expected):
     def nest(value):
         for key in reversed(path):

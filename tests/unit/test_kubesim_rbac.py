@@ -16,7 +16,12 @@ ALICE = UserInfo("alice", ("system:authenticated",))
 
 
 def cluster_role(name, rules, labels=None, aggregate=None):
-    obj = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}
+    obj = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules,
+    }
     if labels:
         obj["metadata"]["labels"] = labels
     if aggregate is not None:
@@ -66,7 +71,9 @@ class Store:
 
 
 def can(authz, u, verb, resource, namespace="", *, group="", sub="", name=""):
-    attrs = Attributes(u, verb, True, api_group=group, resource=resource, subresource=sub, name=name, namespace=namespace)
+    attrs = Attributes(
+        u, verb, True, api_group=group, resource=resource, subresource=sub, name=name, namespace=namespace
+    )
     return authz.authorize(attrs)[0]
 
 
@@ -130,7 +137,11 @@ def test_verb_group_and_resource_wildcards():
 def test_resource_names_restrict_named_requests_only():
     authz = Authorizer(
         Store(
-            role("one-cm", "dev", [rule(["get", "list", "watch", "update", "create"], ["configmaps"], names=["app-config"])]),
+            role(
+                "one-cm",
+                "dev",
+                [rule(["get", "list", "watch", "update", "create"], ["configmaps"], names=["app-config"])],
+            ),
             binding("RoleBinding", "rb", "Role", "one-cm", [user("alice")], "dev"),
         )
     )
@@ -194,7 +205,9 @@ def test_service_account_subject_without_namespace_never_matches_in_cluster_role
     authz = Authorizer(
         Store(
             cluster_role("view-pods", [rule(["list"], ["pods"])]),
-            binding("ClusterRoleBinding", "crb", "ClusterRole", "view-pods", [{"kind": "ServiceAccount", "name": "builder"}]),
+            binding(
+                "ClusterRoleBinding", "crb", "ClusterRole", "view-pods", [{"kind": "ServiceAccount", "name": "builder"}]
+            ),
         )
     )
     assert not can(authz, service_account_user("dev", "builder"), "list", "pods", "dev")
@@ -305,7 +318,11 @@ def test_rules_review_status_reports_evaluation_errors():
 def test_cluster_role_aggregation_is_evaluated():
     objs = [
         cluster_role("monitoring", [], aggregate=[{"matchLabels": {"example.com/aggregate-to-monitoring": "true"}}]),
-        cluster_role("metrics-reader", [rule(["get"], ["pods"], groups=["metrics.k8s.io"])], labels={"example.com/aggregate-to-monitoring": "true"}),
+        cluster_role(
+            "metrics-reader",
+            [rule(["get"], ["pods"], groups=["metrics.k8s.io"])],
+            labels={"example.com/aggregate-to-monitoring": "true"},
+        ),
         binding("ClusterRoleBinding", "crb", "ClusterRole", "monitoring", [user("alice")]),
     ]
     assert can(Authorizer(Store(*objs)), ALICE, "get", "pods", "x", group="metrics.k8s.io")
@@ -325,7 +342,15 @@ def bootstrap():
 def test_bootstrap_objects_shape():
     objs = bootstrap_objects()
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
-    for n in ("cluster-admin", "admin", "edit", "view", "system:discovery", "system:basic-user", "system:public-info-viewer"):
+    for n in (
+        "cluster-admin",
+        "admin",
+        "edit",
+        "view",
+        "system:discovery",
+        "system:basic-user",
+        "system:public-info-viewer",
+    ):
         assert ("ClusterRole", n) in names
     for n in ("cluster-admin", "system:discovery", "system:basic-user", "system:public-info-viewer"):
         assert ("ClusterRoleBinding", n) in names

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -67,51 +67,147 @@ def test_a_list_at_a_compacted_version_says_so_as_etcd_storage_does():
 
 
 def test_event_conversion_goes_both_ways_without_loss():
-    new = {"kind": "Event", "apiVersion": "events.k8s.io/v1", "metadata": {"name": "e", "namespace": "n"},
-           "eventTime": "2024-01-01T00:00:00.000000Z", "series": {"count": 2, "lastObservedTime": "2024-01-01T00:00:01.000000Z"},
-           "reportingController": "c", "reportingInstance": "i", "action": "A", "reason": "R",
-           "regarding": {"kind": "Pod", "name": "p"}, "related": {"kind": "Node", "name": "x"}, "note": "n",
-           "type": "Normal", "deprecatedSource": {}, "deprecatedFirstTimestamp": None, "deprecatedLastTimestamp": None}
+    new = {
+        "kind": "Event",
+        "apiVersion": "events.k8s.io/v1",
+        "metadata": {"name": "e", "namespace": "n"},
+        "eventTime": "2024-01-01T00:00:00.000000Z",
+        "series": {"count": 2, "lastObservedTime": "2024-01-01T00:00:01.000000Z"},
+        "reportingController": "c",
+        "reportingInstance": "i",
+        "action": "A",
+        "reason": "R",
+        "regarding": {"kind": "Pod", "name": "p"},
+        "related": {"kind": "Node", "name": "x"},
+        "note": "n",
+        "type": "Normal",
+        "deprecatedSource": {},
+        "deprecatedFirstTimestamp": None,
+        "deprecatedLastTimestamp": None,
+    }
     core = events.to_core(new)
-    assert (core["message"], core["involvedObject"], core["reportingComponent"]) == ("n", {"kind": "Pod", "name": "p"}, "c")
+    assert (core["message"], core["involvedObject"], core["reportingComponent"]) == (
+        "n",
+        {"kind": "Pod", "name": "p"},
+        "c",
+    )
     assert events.to_events_v1(core) == new
 
 
 def test_an_event_written_through_events_k8s_io_keeps_what_it_says():
     c = Cluster("t")
     rt = c.rt("events.k8s.io", "v1", "events")
-    c.create(rt, "default", {"metadata": {"name": "e"}, "eventTime": "2024-01-01T00:00:00.000000Z",
-                             "reportingController": "example.com/c", "reportingInstance": "i", "action": "A",
-                             "reason": "R", "note": "first", "type": "Normal", "regarding": {"kind": "Pod", "name": "p"}})
+    c.create(
+        rt,
+        "default",
+        {
+            "metadata": {"name": "e"},
+            "eventTime": "2024-01-01T00:00:00.000000Z",
+            "reportingController": "example.com/c",
+            "reportingInstance": "i",
+            "action": "A",
+            "reason": "R",
+            "note": "first",
+            "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "p"},
+        },
+    )
     with pytest.raises(StatusError) as err:
         c.patch(rt, "default", "e", "merge", {"note": "changed"})
     assert err.value.code == 422 and err.value.details["causes"][0]["field"] == "message"
     # The core API keeps the legacy rules: it may change it, and the new API reads the change.
     c.patch(c.rt("", "v1", "events"), "default", "e", "merge", {"message": "changed"})
     assert c.get(rt, "default", "e")["note"] == "changed"
-    applied = c.patch(rt, "default", "e", "apply", {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-                                                    "metadata": {"name": "e", "labels": {"a": "b"}}}, manager="m")
+    applied = c.patch(
+        rt,
+        "default",
+        "e",
+        "apply",
+        {"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e", "labels": {"a": "b"}}},
+        manager="m",
+    )
     assert applied["metadata"]["labels"] == {"a": "b"} and applied["note"] == "changed"
 
 
 # -- pods ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec,pending", [
-    ({}, False),
-    ({"nodeSelector": {"kubernetes.io/os": "linux"}}, False),  # kubesim-node carries the well-known labels
-    ({"nodeSelector": {"disktype": "ssd"}}, True),
-    ({"nodeName": "elsewhere"}, False),  # not the scheduler's to place
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]}]}}}}, True),
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}]},
-        {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}]}}}}, False),  # terms are ORed
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["kubesim-node"]}]}]}}}}, True),
-    ({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 1, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}]}}}, False),
-])
+@pytest.mark.parametrize(
+    "spec,pending",
+    [
+        ({}, False),
+        ({"nodeSelector": {"kubernetes.io/os": "linux"}}, False),  # kubesim-node carries the well-known labels
+        ({"nodeSelector": {"disktype": "ssd"}}, True),
+        ({"nodeName": "elsewhere"}, False),  # not the scheduler's to place
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/arch", "operator": "In", "values": ["arm64"]}
+                                    ]
+                                },
+                                {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]},
+                            ]
+                        }
+                    }
+                }
+            },
+            False,
+        ),  # terms are ORed
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {"key": "metadata.name", "operator": "NotIn", "values": ["kubesim-node"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 1, "preference": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}}
+                        ]
+                    }
+                }
+            },
+            False,
+        ),
+    ],
+)
 def test_the_scheduler_leaves_pending_what_kubesim_node_does_not_match(spec, pending):
     assert unschedulable(spec) == (UNSCHEDULABLE if pending else "")
 
@@ -119,10 +215,24 @@ def test_the_scheduler_leaves_pending_what_kubesim_node_does_not_match(spec, pen
 async def test_a_deployment_whose_pods_no_node_takes_never_becomes_available():
     async with live() as (c, ctrl):
         rt = c.rt("apps", "v1", "deployments")
-        c.create(rt, "default", {"metadata": {"name": "web"}, "spec": {
-            "replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"nodeSelector": {"disktype": "ssd"}, "containers": [{"name": "c", "image": "nginx:1"}]}}}})
+        c.create(
+            rt,
+            "default",
+            {
+                "metadata": {"name": "web"},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {
+                            "nodeSelector": {"disktype": "ssd"},
+                            "containers": [{"name": "c", "image": "nginx:1"}],
+                        },
+                    },
+                },
+            },
+        )
         await settle(ctrl)
         pods = list(c.store.items("/pods", "default"))
         assert [p["status"]["phase"] for p in pods] == ["Pending", "Pending"]
@@ -136,12 +246,21 @@ async def test_a_pod_a_client_creates_is_bound_then_run_or_left_where_it_names()
     async with live() as (c, ctrl):
         rt = c.rt("", "v1", "pods")
         c.create(rt, "default", {"metadata": {"name": "free"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
-        c.create(rt, "default", {"metadata": {"name": "named"},
-                                 "spec": {"nodeName": "elsewhere", "containers": [{"name": "c", "image": "x"}]}})
+        c.create(
+            rt,
+            "default",
+            {
+                "metadata": {"name": "named"},
+                "spec": {"nodeName": "elsewhere", "containers": [{"name": "c", "image": "x"}]},
+            },
+        )
         await settle(ctrl)
         free = c.get(rt, "default", "free")
         assert (free["spec"]["nodeName"], free["status"]["phase"], free["status"]["qosClass"]) == (
-            "kubesim-node", "Running", "BestEffort")
+            "kubesim-node",
+            "Running",
+            "BestEffort",
+        )
         named = c.get(rt, "default", "named")
         assert named["status"] == {"phase": "Pending", "qosClass": "BestEffort"}
 
@@ -173,7 +292,10 @@ async def test_the_root_ca_configmap_is_created_and_set_back():
         c.patch(cm, "fresh", "kube-root-ca.crt", "merge", {"data": {"ca.crt": "x"}, "metadata": {"annotations": None}})
         await settle(ctrl)
         again = c.get(cm, "fresh", "kube-root-ca.crt")
-        assert again["data"] == {"ca.crt": ctrl.root_ca} and "kubernetes.io/description" in again["metadata"]["annotations"]
+        assert (
+            again["data"] == {"ca.crt": ctrl.root_ca}
+            and "kubernetes.io/description" in again["metadata"]["annotations"]
+        )
         c.delete(cm, "fresh", "kube-root-ca.crt")
         await settle(ctrl)
         assert c.get(cm, "fresh", "kube-root-ca.crt")["data"] == {"ca.crt": ctrl.root_ca}
@@ -187,17 +309,22 @@ def test_services_keep_their_allocations_across_updates_that_leave_them_out():
     assert first["spec"]["clusterIP"] != second["spec"]["clusterIP"]
     assert 30000 <= second["spec"]["ports"][0]["nodePort"] <= 32767
     assert second["spec"]["externalTrafficPolicy"] == "Cluster"
-    replaced = c.update(rt, "default", "b", {"metadata": {"name": "b"},
-                                             "spec": {"type": "NodePort", "ports": [{"port": 80}], "selector": {"a": "b"}}})
+    replaced = c.update(
+        rt,
+        "default",
+        "b",
+        {"metadata": {"name": "b"}, "spec": {"type": "NodePort", "ports": [{"port": 80}], "selector": {"a": "b"}}},
+    )
     assert replaced["spec"]["clusterIP"] == second["spec"]["clusterIP"]
     assert replaced["spec"]["ports"][0]["nodePort"] == second["spec"]["ports"][0]["nodePort"]
-    external = c.create(rt, "default", {"metadata": {"name": "ext"}, "spec": {"type": "ExternalName",
-                                                                              "externalName": "example.com"}})
+    external = c.create(
+        rt, "default", {"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}
+    )
     assert "clusterIP" not in external["spec"]
 
 
 def test_ages_in_the_future_are_invalid_as_kubectl_prints_them():
-    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2024, 1, 1, tzinfo=UTC)
     later = (now + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     assert tables.human_age(later, now) == "<invalid>"
     assert tables.human_age((now - timedelta(seconds=90)).strftime("%Y-%m-%dT%H:%M:%SZ"), now) == "90s"

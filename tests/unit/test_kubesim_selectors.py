@@ -131,7 +131,9 @@ def test_invalid_key_prefix_is_rejected():
 def test_invalid_value_is_reported_with_its_field_path():
     with pytest.raises(SelectorError) as exc:
         parse_label_selector("app=-web")
-    assert str(exc.value).startswith('unable to parse requirement: values[0][app]: Invalid value: "-web": a valid label')
+    assert str(exc.value).startswith(
+        'unable to parse requirement: values[0][app]: Invalid value: "-web": a valid label'
+    )
 
 
 def test_too_long_value_is_rejected():
@@ -308,7 +310,12 @@ def test_field_selector_requires_exact_match():
 def test_pod_object_fields():
     pod = {
         "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"nodeName": "n1", "restartPolicy": "Always", "serviceAccountName": "sa", "schedulerName": "default-scheduler"},
+        "spec": {
+            "nodeName": "n1",
+            "restartPolicy": "Always",
+            "serviceAccountName": "sa",
+            "schedulerName": "default-scheduler",
+        },
         "status": {"phase": "Running", "podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.7"}]},
     }
     f = object_fields(pod, "Pod")
@@ -335,9 +342,17 @@ def test_field_selector_against_objects():
 
 
 def test_other_kinds_object_fields():
-    assert object_fields({"metadata": {"name": "n"}, "spec": {"unschedulable": True}}, "Node")["spec.unschedulable"] == "true"
-    assert object_fields({"metadata": {"name": "s"}, "type": "kubernetes.io/tls"}, "Secret")["type"] == "kubernetes.io/tls"
-    assert object_fields({"metadata": {"name": "ns"}, "status": {"phase": "Active"}}, "Namespace")["status.phase"] == "Active"
+    assert (
+        object_fields({"metadata": {"name": "n"}, "spec": {"unschedulable": True}}, "Node")["spec.unschedulable"]
+        == "true"
+    )
+    assert (
+        object_fields({"metadata": {"name": "s"}, "type": "kubernetes.io/tls"}, "Secret")["type"] == "kubernetes.io/tls"
+    )
+    assert (
+        object_fields({"metadata": {"name": "ns"}, "status": {"phase": "Active"}}, "Namespace")["status.phase"]
+        == "Active"
+    )
     assert object_fields({"metadata": {}, "status": {"succeeded": 3}}, "Job")["status.successful"] == "3"
     assert object_fields({"metadata": {}, "status": {}}, "ReplicationController")["status.replicas"] == "0"
     svc = object_fields({"metadata": {}, "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1"}}, "Service")

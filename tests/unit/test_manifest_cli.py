@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from scaleagent.cli.printers import TablePrinter, list_document, table_columns
 from scaleagent.kube.printing import human_duration
 from scaleagent.kube.selectors import parse_label_selector
 
-NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
 
 def ts(seconds_ago: float) -> str:
@@ -46,42 +46,53 @@ def ts(seconds_ago: float) -> str:
 # --- kinds -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "kind", "group", "resource", "namespaced"), [
-    ("deployment", "Deployment", "apps", "deployments", True),
-    ("deployments", "Deployment", "apps", "deployments", True),
-    ("deploy", "Deployment", "apps", "deployments", True),
-    ("Deployment.apps", "Deployment", "apps", "deployments", True),
-    ("deployments.apps", "Deployment", "apps", "deployments", True),
-    ("DEPLOY", "Deployment", "apps", "deployments", True),
-    ("po", "Pod", "", "pods", True),
-    ("pods", "Pod", "", "pods", True),
-    ("svc", "Service", "", "services", True),
-    ("cm", "ConfigMap", "", "configmaps", True),
-    ("ns", "Namespace", "", "namespaces", False),
-    ("rs", "ReplicaSet", "apps", "replicasets", True),
-    ("job", "Job", "batch", "jobs", True),
-    ("jobs.batch", "Job", "batch", "jobs", True),
-    ("ing", "Ingress", "networking.k8s.io", "ingresses", True),
-    ("endpoints", "Endpoints", "", "endpoints", True),
-    ("crd", "CustomResourceDefinition", "apiextensions.k8s.io", "customresourcedefinitions", False),
-    ("ev", "Event", "", "events", True),
-])
+@pytest.mark.parametrize(
+    ("text", "kind", "group", "resource", "namespaced"),
+    [
+        ("deployment", "Deployment", "apps", "deployments", True),
+        ("deployments", "Deployment", "apps", "deployments", True),
+        ("deploy", "Deployment", "apps", "deployments", True),
+        ("Deployment.apps", "Deployment", "apps", "deployments", True),
+        ("deployments.apps", "Deployment", "apps", "deployments", True),
+        ("DEPLOY", "Deployment", "apps", "deployments", True),
+        ("po", "Pod", "", "pods", True),
+        ("pods", "Pod", "", "pods", True),
+        ("svc", "Service", "", "services", True),
+        ("cm", "ConfigMap", "", "configmaps", True),
+        ("ns", "Namespace", "", "namespaces", False),
+        ("rs", "ReplicaSet", "apps", "replicasets", True),
+        ("job", "Job", "batch", "jobs", True),
+        ("jobs.batch", "Job", "batch", "jobs", True),
+        ("ing", "Ingress", "networking.k8s.io", "ingresses", True),
+        ("endpoints", "Endpoints", "", "endpoints", True),
+        ("crd", "CustomResourceDefinition", "apiextensions.k8s.io", "customresourcedefinitions", False),
+        ("ev", "Event", "", "events", True),
+    ],
+)
 def test_kubectl_names_resolve_to_the_kind(text, kind, group, resource, namespaced):
     info = resolve_kind(text)
     assert (info.kind, info.group, info.resource, info.namespaced, info.known) == (
-        kind, group, resource, namespaced, True)
+        kind,
+        group,
+        resource,
+        namespaced,
+        True,
+    )
 
 
-@pytest.mark.parametrize(("text", "kind", "group", "resource"), [
-    ("widgets", "widget", None, "widgets"),
-    ("widget", "widget", None, "widgets"),
-    ("Widget", "Widget", None, "widgets"),
-    ("policies", "policy", None, "policies"),
-    ("boxes", "box", None, "boxes"),
-    ("widgets.example.com", "widget", "example.com", "widgets"),
-    ("Widget.Example.com", "Widget", "example.com", "widgets"),
-    ("deployments.example.com", "deployment", "example.com", "deployments"),  # not apps: not the built-in
-])
+@pytest.mark.parametrize(
+    ("text", "kind", "group", "resource"),
+    [
+        ("widgets", "widget", None, "widgets"),
+        ("widget", "widget", None, "widgets"),
+        ("Widget", "Widget", None, "widgets"),
+        ("policies", "policy", None, "policies"),
+        ("boxes", "box", None, "boxes"),
+        ("widgets.example.com", "widget", "example.com", "widgets"),
+        ("Widget.Example.com", "Widget", "example.com", "widgets"),
+        ("deployments.example.com", "deployment", "example.com", "deployments"),  # not apps: not the built-in
+    ],
+)
 def test_other_names_resolve_by_rule(text, kind, group, resource):
     info = resolve_kind(text)
     assert (info.kind, info.group, info.resource, info.namespaced, info.known) == (kind, group, resource, None, False)
@@ -90,11 +101,16 @@ def test_other_names_resolve_by_rule(text, kind, group, resource):
 def test_a_kinds_names_for_the_hub_and_for_messages():
     deploy, cm, widget = resolve_kind("deploy"), resolve_kind("cm"), resolve_kind("widgets")
     assert (deploy.query, deploy.token, deploy.resource_ref) == (
-        "Deployment.apps", "deployment.apps", "deployments.apps")
+        "Deployment.apps",
+        "deployment.apps",
+        "deployments.apps",
+    )
     assert (cm.query, cm.token, cm.resource_ref) == ("ConfigMap", "configmap", "configmaps")
     assert (widget.query, widget.token, widget.resource_ref) == ("widget", "widget", "widgets")
-    assert object_name({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"}}) == \
-        "deployment.apps/nginx"
+    assert (
+        object_name({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nginx"}})
+        == "deployment.apps/nginx"
+    )
     assert object_name({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}) == "configmap/x"
 
 
@@ -116,22 +132,48 @@ def test_resource_arguments_take_kubectls_forms():
 # --- ages and tables -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (-5, "<invalid>"), (-1, "0s"), (0, "0s"), (5, "5s"), (119, "119s"), (120, "2m"), (182, "3m2s"), (599, "9m59s"),
-    (600, "10m"), (179 * 60 + 59, "179m"), (3 * 3600, "3h"), (3 * 3600 + 5 * 60, "3h5m"), (8 * 3600, "8h"),
-    (47 * 3600, "47h"), (48 * 3600, "2d"), (51 * 3600, "2d3h"), (8 * 86400, "8d"), (729 * 86400, "729d"),
-    (730 * 86400, "2y"), (735 * 86400, "2y5d"), (9 * 365 * 86400, "9y"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (0, "0s"),
+        (5, "5s"),
+        (119, "119s"),
+        (120, "2m"),
+        (182, "3m2s"),
+        (599, "9m59s"),
+        (600, "10m"),
+        (179 * 60 + 59, "179m"),
+        (3 * 3600, "3h"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (8 * 3600, "8h"),
+        (47 * 3600, "47h"),
+        (48 * 3600, "2d"),
+        (51 * 3600, "2d3h"),
+        (8 * 86400, "8d"),
+        (729 * 86400, "729d"),
+        (730 * 86400, "2y"),
+        (735 * 86400, "2y5d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
 def test_ages_read_like_kubectl(seconds, text):
     assert human_duration(seconds) == text
 
 
 def deployment(name: str, age: float, ready: int = 2, replicas: int = 2, ns: str = "web") -> dict[str, Any]:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": ns, "creationTimestamp": ts(age)},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}},
-            "status": {"readyReplicas": ready, "updatedReplicas": replicas, "availableReplicas": ready}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": ts(age)},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}},
+        },
+        "status": {"readyReplicas": ready, "updatedReplicas": replicas, "availableReplicas": ready},
+    }
 
 
 def render(group: str, kind: str, rows: list[tuple[str, dict[str, Any]]], **options: Any) -> str:
@@ -143,16 +185,17 @@ def render(group: str, kind: str, rows: list[tuple[str, dict[str, Any]]], **opti
 
 def test_a_deployment_table_is_kubectls_to_the_space():
     text = render("apps", "Deployment", [("a", deployment("nginx", 3 * 60 + 2, ready=1, replicas=3))])
-    assert text == ("NAME    READY   UP-TO-DATE   AVAILABLE   AGE\n"
-                    "nginx   1/3     3            1           3m2s\n")
+    assert text == ("NAME    READY   UP-TO-DATE   AVAILABLE   AGE\nnginx   1/3     3            1           3m2s\n")
 
 
 def test_account_and_namespace_columns_come_first():
     rows = [("prod-east", deployment("nginx", 5)), ("prod-west", deployment("api", 2 * 86400, ns="default"))]
     text = render("apps", "Deployment", rows, account=True, namespace=True)
-    assert text == ("ACCOUNT     NAMESPACE   NAME    READY   UP-TO-DATE   AVAILABLE   AGE\n"
-                    "prod-east   web         nginx   2/2     2            2           5s\n"
-                    "prod-west   default     api     2/2     2            2           2d\n")
+    assert text == (
+        "ACCOUNT     NAMESPACE   NAME    READY   UP-TO-DATE   AVAILABLE   AGE\n"
+        "prod-east   web         nginx   2/2     2            2           5s\n"
+        "prod-west   default     api     2/2     2            2           2d\n"
+    )
 
 
 def test_wide_and_kind_prefixed_names_and_no_headers():
@@ -164,13 +207,13 @@ def test_rows_printed_later_line_up_with_the_table_and_widen_it_when_needed():
     out = io.StringIO()
     printer = TablePrinter(table_columns("", "ConfigMap"), out)
     printer.print_rows([("a", {"kind": "ConfigMap", "metadata": {"name": "a", "creationTimestamp": ts(1)}})], NOW)
-    printer.print_rows([("a", {"kind": "ConfigMap", "metadata": {"name": "b", "creationTimestamp": ts(2)},
-                               "data": {"k": "v"}})], NOW)
+    printer.print_rows(
+        [("a", {"kind": "ConfigMap", "metadata": {"name": "b", "creationTimestamp": ts(2)}, "data": {"k": "v"}})], NOW
+    )
     printer.print_rows([("a", {"kind": "ConfigMap", "metadata": {"name": "a-much-longer-name"}})], NOW)
-    assert out.getvalue() == ("NAME   DATA   AGE\n"
-                              "a      0      1s\n"
-                              "b      1      2s\n"
-                              "a-much-longer-name   0      <unknown>\n")
+    assert out.getvalue() == (
+        "NAME   DATA   AGE\na      0      1s\nb      1      2s\na-much-longer-name   0      <unknown>\n"
+    )
 
 
 def cells(group: str, kind: str, obj: dict[str, Any], wide: bool = False) -> dict[str, str]:
@@ -182,8 +225,14 @@ def test_columns_per_kind():
     assert [h for h, _ in table_columns("", "Pod")] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
     assert [h for h, _ in table_columns("apps", "ReplicaSet")] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
     assert [h for h, _ in table_columns("batch", "Job")] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
-    assert [h for h, _ in table_columns("", "Service")] == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)",
-                                                            "AGE"]
+    assert [h for h, _ in table_columns("", "Service")] == [
+        "NAME",
+        "TYPE",
+        "CLUSTER-IP",
+        "EXTERNAL-IP",
+        "PORT(S)",
+        "AGE",
+    ]
     assert [h for h, _ in table_columns("", "ConfigMap")] == ["NAME", "DATA", "AGE"]
     assert [h for h, _ in table_columns("", "Namespace")] == ["NAME", "STATUS", "AGE"]
     assert [h for h, _ in table_columns("example.com", "Widget")] == ["NAME", "AGE"]
@@ -191,22 +240,46 @@ def test_columns_per_kind():
 
 
 def pod(**status: Any) -> dict[str, Any]:
-    return {"kind": "Pod", "metadata": {"name": "p", "creationTimestamp": ts(10)},
-            "spec": {"containers": [{"name": "a"}, {"name": "b"}]}, "status": status}
+    return {
+        "kind": "Pod",
+        "metadata": {"name": "p", "creationTimestamp": ts(10)},
+        "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+        "status": status,
+    }
 
 
 def test_pod_status_ready_and_restarts_like_kubectl():
-    running = pod(phase="Running", containerStatuses=[
-        {"name": "a", "ready": True, "restartCount": 0, "state": {"running": {}}},
-        {"name": "b", "ready": True, "restartCount": 2, "state": {"running": {}},
-         "lastState": {"terminated": {"finishedAt": ts(300)}}}])
-    assert cells("", "Pod", running) == {"NAME": "p", "READY": "2/2", "STATUS": "Running", "RESTARTS": "2 (5m ago)",
-                                         "AGE": "10s"}
-    crashing = pod(phase="Running", containerStatuses=[
-        {"name": "a", "ready": False, "restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}])
+    running = pod(
+        phase="Running",
+        containerStatuses=[
+            {"name": "a", "ready": True, "restartCount": 0, "state": {"running": {}}},
+            {
+                "name": "b",
+                "ready": True,
+                "restartCount": 2,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"finishedAt": ts(300)}},
+            },
+        ],
+    )
+    assert cells("", "Pod", running) == {
+        "NAME": "p",
+        "READY": "2/2",
+        "STATUS": "Running",
+        "RESTARTS": "2 (5m ago)",
+        "AGE": "10s",
+    }
+    crashing = pod(
+        phase="Running",
+        containerStatuses=[
+            {"name": "a", "ready": False, "restartCount": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+        ],
+    )
     assert (cells("", "Pod", crashing)["STATUS"], cells("", "Pod", crashing)["READY"]) == ("CrashLoopBackOff", "0/2")
-    done = pod(phase="Succeeded", containerStatuses=[
-        {"name": "a", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}])
+    done = pod(
+        phase="Succeeded",
+        containerStatuses=[{"name": "a", "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}],
+    )
     assert cells("", "Pod", done)["STATUS"] == "Completed"
     killed = pod(phase="Failed", containerStatuses=[{"name": "a", "state": {"terminated": {"exitCode": 137}}}])
     assert cells("", "Pod", killed)["STATUS"] == "ExitCode:137"
@@ -220,24 +293,47 @@ def test_pod_status_ready_and_restarts_like_kubectl():
 
 
 def test_service_job_replicaset_namespace_and_configmap_cells():
-    lb = {"kind": "Service", "metadata": {"name": "s"}, "spec": {
-        "type": "LoadBalancer", "clusterIP": "10.0.0.7", "selector": {"app": "web"},
-        "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]}}
+    lb = {
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": "10.0.0.7",
+            "selector": {"app": "web"},
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}],
+        },
+    }
     assert cells("", "Service", lb, wide=True) == {
-        "NAME": "s", "TYPE": "LoadBalancer", "CLUSTER-IP": "10.0.0.7", "EXTERNAL-IP": "<pending>",
-        "PORT(S)": "80:30080/TCP,53/UDP", "AGE": "<unknown>", "SELECTOR": "app=web"}
+        "NAME": "s",
+        "TYPE": "LoadBalancer",
+        "CLUSTER-IP": "10.0.0.7",
+        "EXTERNAL-IP": "<pending>",
+        "PORT(S)": "80:30080/TCP,53/UDP",
+        "AGE": "<unknown>",
+        "SELECTOR": "app=web",
+    }
     lb["status"] = {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}, {"hostname": "lb.example.com"}]}}
     assert cells("", "Service", lb)["EXTERNAL-IP"] == "1.2.3.4,lb.example.com"
     headless = {"kind": "Service", "metadata": {"name": "h"}, "spec": {"clusterIP": "None"}}
     assert [cells("", "Service", headless)[c] for c in ("TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)")] == [
-        "ClusterIP", "None", "<none>", "<none>"]
+        "ClusterIP",
+        "None",
+        "<none>",
+        "<none>",
+    ]
 
-    job = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"completions": 3},
-           "status": {"succeeded": 1, "startTime": ts(90)}}
+    job = {
+        "kind": "Job",
+        "metadata": {"name": "j"},
+        "spec": {"completions": 3},
+        "status": {"succeeded": 1, "startTime": ts(90)},
+    }
     assert [cells("batch", "Job", job)[c] for c in ("STATUS", "COMPLETIONS", "DURATION")] == ["Running", "1/3", "90s"]
-    job["status"] |= {"succeeded": 3, "completionTime": ts(30),
-                      "conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
-                                     {"type": "Complete", "status": "True"}]}
+    job["status"] |= {
+        "succeeded": 3,
+        "completionTime": ts(30),
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}],
+    }
     assert [cells("batch", "Job", job)[c] for c in ("STATUS", "COMPLETIONS", "DURATION")] == ["Complete", "3/3", "60s"]
     parallel = {"kind": "Job", "metadata": {"name": "j"}, "spec": {"parallelism": 4}, "status": {}}
     assert [cells("batch", "Job", parallel)[c] for c in ("COMPLETIONS", "DURATION")] == ["0/1 of 4", ""]
@@ -251,8 +347,12 @@ def test_service_job_replicaset_namespace_and_configmap_cells():
 
 
 def test_several_objects_are_a_list_in_kubectls_shape():
-    assert list_document([{"a": 1}]) == {"apiVersion": "v1", "items": [{"a": 1}], "kind": "List",
-                                         "metadata": {"resourceVersion": ""}}
+    assert list_document([{"a": 1}]) == {
+        "apiVersion": "v1",
+        "items": [{"a": 1}],
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+    }
 
 
 # --- manifest files --------------------------------------------------------------------------------
@@ -278,8 +378,12 @@ items:
     assert [o["metadata"]["name"] for o in objects] == ["one", "two", "three"]
     assert objects[0]["metadata"]["creationTimestamp"] == "2024-01-02T03:04:05Z", "kept a string, as JSON needs"
     json.dumps(objects)
-    assert load_manifests('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}}', "x.json")[0][
-        "metadata"]["name"] == "j"
+    assert (
+        load_manifests('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}}', "x.json")[0]["metadata"][
+            "name"
+        ]
+        == "j"
+    )
 
 
 def test_bad_yaml_names_the_file_and_line():
@@ -291,13 +395,19 @@ def test_bad_yaml_names_the_file_and_line():
         load_manifests("a: b\nc: d: e\n", "bad.yaml")
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("- a\n- b\n", "not a Kubernetes object"),
-    ("kind: ConfigMap\nmetadata: {name: x}\n", r"\[apiVersion not set\]"),
-    ("apiVersion: v1\nmetadata: {name: x}\n", r"\[kind not set\]"),
-    ("apiVersion: v1\nkind: ConfigMap\n", r"\[metadata.name not set\]"),
-    ("apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: ConfigMap}]\n", r"item 0: .*metadata.name not set"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- a\n- b\n", "not a Kubernetes object"),
+        ("kind: ConfigMap\nmetadata: {name: x}\n", r"\[apiVersion not set\]"),
+        ("apiVersion: v1\nmetadata: {name: x}\n", r"\[kind not set\]"),
+        ("apiVersion: v1\nkind: ConfigMap\n", r"\[metadata.name not set\]"),
+        (
+            "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: ConfigMap}]\n",
+            r"item 0: .*metadata.name not set",
+        ),
+    ],
+)
 def test_documents_that_are_not_objects_are_refused_with_the_file(text, problem):
     with pytest.raises(CliError, match=rf'error validating "m\.yaml".*{problem}'):
         load_manifests(text, "m.yaml")
@@ -331,34 +441,73 @@ DEPLOY = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "n
 
 def test_the_deploy_operation_carries_every_manifest():
     assert build_deploy_operation("prod", [DEPLOY, CM]) == [
-        {"deployManifest": {"account": "prod", "manifests": [DEPLOY, CM]}}]
+        {"deployManifest": {"account": "prod", "manifests": [DEPLOY, CM]}}
+    ]
     assert build_deploy_operation("prod", [CM], namespace="web", field_manager="me") == [
-        {"deployManifest": {"account": "prod", "manifests": [CM], "namespaceOverride": "web", "fieldManager": "me"}}]
+        {"deployManifest": {"account": "prod", "manifests": [CM], "namespaceOverride": "web", "fieldManager": "me"}}
+    ]
 
 
 def test_delete_operations_by_name_and_by_selector():
     targets = [DeleteTarget("deployment.apps nginx", "web"), DeleteTarget("namespace old", "")]
     assert build_delete_operations("prod", targets=targets, cascade="foreground", grace_period=5) == [
-        {"deleteManifest": {"account": "prod", "manifestName": "deployment.apps nginx", "location": "web",
-                            "options": {"propagationPolicy": "Foreground", "gracePeriodSeconds": 5}}},
-        {"deleteManifest": {"account": "prod", "manifestName": "namespace old", "location": "",
-                            "options": {"propagationPolicy": "Foreground", "gracePeriodSeconds": 5}}}]
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "manifestName": "deployment.apps nginx",
+                "location": "web",
+                "options": {"propagationPolicy": "Foreground", "gracePeriodSeconds": 5},
+            }
+        },
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "manifestName": "namespace old",
+                "location": "",
+                "options": {"propagationPolicy": "Foreground", "gracePeriodSeconds": 5},
+            }
+        },
+    ]
     assert build_delete_operations("prod", kind=resolve_kind("deploy"), selector="app=x", location="web") == [
-        {"deleteManifest": {"account": "prod", "kinds": ["deployment.apps"], "labelSelector": "app=x",
-                            "location": "web", "options": {"propagationPolicy": "Background"}}}]
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "kinds": ["deployment.apps"],
+                "labelSelector": "app=x",
+                "location": "web",
+                "options": {"propagationPolicy": "Background"},
+            }
+        }
+    ]
 
 
 def task(state: str, result: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": "t1", "state": state,
-            "status": {"phase": "DEPLOY", "status": extra.pop("last", "done"), "completed": state != "running",
-                       "failed": state == "failed", "retryable": False},
-            "history": [], "resultObjects": [result] if result else [], "startTimeMs": 1, "endTimeMs": 2, **extra}
+    return {
+        "id": "t1",
+        "state": state,
+        "status": {
+            "phase": "DEPLOY",
+            "status": extra.pop("last", "done"),
+            "completed": state != "running",
+            "failed": state == "failed",
+            "retryable": False,
+        },
+        "history": [],
+        "resultObjects": [result] if result else [],
+        "startTimeMs": 1,
+        "endTimeMs": 2,
+        **extra,
+    }
 
 
 def test_a_completed_apply_prints_kubectls_server_side_lines():
     applied = [{**DEPLOY, "status": {}}, CM]
-    result = {"manifests": applied, "manifestNamesByNamespace": {"web": ["deployment nginx"]},
-              "createdArtifacts": [], "boundArtifacts": []}
+    result = {
+        "manifests": applied,
+        "manifestNamesByNamespace": {"web": ["deployment nginx"]},
+        "createdArtifacts": [],
+        "boundArtifacts": [],
+    }
     objects, lines, error = apply_output(task("completed", result))
     assert objects == applied and error is None
     assert lines == ["deployment.apps/nginx serverside-applied", "configmap/x serverside-applied"]
@@ -366,10 +515,19 @@ def test_a_completed_apply_prints_kubectls_server_side_lines():
 
 def test_a_failed_apply_prints_what_was_applied_and_the_reason():
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "y"}}
-    result = {"manifests": [CM, DEPLOY, svc], "manifestNamesByNamespace": {}, "createdArtifacts": [],
-              "boundArtifacts": [], "failedManifest": "deployment nginx", "notApplied": ["service y"]}
-    failed = task("failed", result, exception={"message": 'deployments.apps "nginx" is forbidden', "code": 403,
-                                               "reason": "Forbidden"})
+    result = {
+        "manifests": [CM, DEPLOY, svc],
+        "manifestNamesByNamespace": {},
+        "createdArtifacts": [],
+        "boundArtifacts": [],
+        "failedManifest": "deployment nginx",
+        "notApplied": ["service y"],
+    }
+    failed = task(
+        "failed",
+        result,
+        exception={"message": 'deployments.apps "nginx" is forbidden', "code": 403, "reason": "Forbidden"},
+    )
     objects, lines, error = apply_output(failed)
     assert lines == ["configmap/x serverside-applied"] and objects == [CM]
     assert error == 'deployments.apps "nginx" is forbidden'
@@ -377,17 +535,27 @@ def test_a_failed_apply_prints_what_was_applied_and_the_reason():
 
 
 def test_delete_results_print_kubectls_lines():
-    result = {"manifestNamesByNamespace": {"web": ["deployment nginx"]}, "deletedManifests": [
-        {"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "nginx"},
-        {"kind": "ConfigMap", "apiVersion": "v1", "namespace": "web", "name": "x"}]}
+    result = {
+        "manifestNamesByNamespace": {"web": ["deployment nginx"]},
+        "deletedManifests": [
+            {"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "nginx"},
+            {"kind": "ConfigMap", "apiVersion": "v1", "namespace": "web", "name": "x"},
+        ],
+    }
     assert delete_output(task("completed", result)) == (
-        ['deployment.apps "nginx" deleted', 'configmap "x" deleted'], [], None)
+        ['deployment.apps "nginx" deleted', 'configmap "x" deleted'],
+        [],
+        None,
+    )
     assert delete_output(task("failed", exception={"message": "nope"})) == ([], [], "nope")
-    result["alreadyGone"] = [{"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "old"},
-                             {"kind": "Widget", "apiVersion": "example.com/v1", "namespace": "web", "name": "w"}]
+    result["alreadyGone"] = [
+        {"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "old"},
+        {"kind": "Widget", "apiVersion": "example.com/v1", "namespace": "web", "name": "w"},
+    ]
     assert delete_output(task("completed", result))[1] == [
         'Error from server (NotFound): deployments.apps "old" not found',
-        'Error from server (NotFound): widgets.example.com "w" not found']
+        'Error from server (NotFound): widgets.example.com "w" not found',
+    ]
 
 
 # --- watch -----------------------------------------------------------------------------------------
@@ -400,31 +568,50 @@ def sse(*events: tuple[str, dict[str, Any]]) -> list[bytes]:
     return lines
 
 
-def change(kind_type: str, name: str, rv: str, *, labels: dict[str, str] | None = None, api: str = "v1",
-           account: str = "a") -> dict[str, Any]:
-    obj = {"apiVersion": api, "kind": "ConfigMap", "metadata": {"name": name, "namespace": "web",
-                                                               "resourceVersion": rv, "labels": labels or {}}}
-    return {"account": account, "type": kind_type, "kind": "ConfigMap", "group": "", "namespace": "web",
-            "name": name, "resourceVersion": rv, "object": obj}
+def change(
+    kind_type: str, name: str, rv: str, *, labels: dict[str, str] | None = None, api: str = "v1", account: str = "a"
+) -> dict[str, Any]:
+    obj = {
+        "apiVersion": api,
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "web", "resourceVersion": rv, "labels": labels or {}},
+    }
+    return {
+        "account": account,
+        "type": kind_type,
+        "kind": "ConfigMap",
+        "group": "",
+        "namespace": "web",
+        "name": name,
+        "resourceVersion": rv,
+        "object": obj,
+    }
 
 
 def test_server_sent_events_are_parsed_and_heartbeats_skipped():
-    assert list(sse_events([b": heartbeat\n", b"\n", b"event: ADDED\n", b"data: {\"a\": 1}\n", b"\n"])) == [
-        ("ADDED", '{"a": 1}')]
+    assert list(sse_events([b": heartbeat\n", b"\n", b"event: ADDED\n", b'data: {"a": 1}\n', b"\n"])) == [
+        ("ADDED", '{"a": 1}')
+    ]
 
 
 def test_watch_rows_filter_what_the_hub_does_not_and_skip_what_was_listed():
     (target,) = parse_resource_args(["cm"])
     listed = {("a", "", "ConfigMap", "web", "old"): "10"}
-    events = sse(("MODIFIED", change("MODIFIED", "old", "9")),     # older than the listing: already shown
-                 ("MODIFIED", change("MODIFIED", "old", "10")),    # the listing itself
-                 ("ADDED", change("ADDED", "new", "11", labels={"app": "web"})),
-                 ("ADDED", change("ADDED", "db", "12", labels={"app": "db"})),
-                 ("MODIFIED", change("MODIFIED", "old", "13")),
-                 ("DELETED", change("DELETED", "new", "14", labels={"app": "web"})))
+    events = sse(
+        ("MODIFIED", change("MODIFIED", "old", "9")),  # older than the listing: already shown
+        ("MODIFIED", change("MODIFIED", "old", "10")),  # the listing itself
+        ("ADDED", change("ADDED", "new", "11", labels={"app": "web"})),
+        ("ADDED", change("ADDED", "db", "12", labels={"app": "db"})),
+        ("MODIFIED", change("MODIFIED", "old", "13")),
+        ("DELETED", change("DELETED", "new", "14", labels={"app": "web"})),
+    )
     rows = list(watch_rows(sse_events(events), target, None, dict(listed)))
     assert [(r[1]["metadata"]["name"], r[1]["metadata"]["resourceVersion"]) for r in rows] == [
-        ("new", "11"), ("db", "12"), ("old", "13"), ("new", "14")]
+        ("new", "11"),
+        ("db", "12"),
+        ("old", "13"),
+        ("new", "14"),
+    ]
     rows = list(watch_rows(sse_events(events), target, parse_label_selector("app=web"), dict(listed)))
     assert [r[1]["metadata"]["name"] for r in rows] == ["new", "new"]
     (named,) = parse_resource_args(["cm", "db"])
@@ -473,12 +660,16 @@ class FakeHub:
                 if url.path.startswith("/api/v1/accounts/") and url.path.endswith("/objects"):
                     account = url.path.split("/")[4]
                     if account not in hub.objects:
-                        return self.answer(404, {"error": f"account {account!r} is not known to this hub",
-                                                 "status": 404})
-                    items = [o for o in hub.objects[account]
-                             if o["kind"].lower() == query.get("kind", "").split(".")[0].lower()
-                             and query.get("name") in (None, o["metadata"]["name"])
-                             and query.get("namespace") in (None, o["metadata"].get("namespace"))]
+                        return self.answer(
+                            404, {"error": f"account {account!r} is not known to this hub", "status": 404}
+                        )
+                    items = [
+                        o
+                        for o in hub.objects[account]
+                        if o["kind"].lower() == query.get("kind", "").split(".")[0].lower()
+                        and query.get("name") in (None, o["metadata"]["name"])
+                        and query.get("namespace") in (None, o["metadata"].get("namespace"))
+                    ]
                     return self.answer(200, {"apiVersion": "v1", "kind": "List", "items": items})
                 if url.path == "/task/t1":
                     if hub.running_polls:
@@ -520,13 +711,16 @@ def test_apply_sends_one_deploy_operation_waits_and_prints(hub, capsys, tmp_path
     f = tmp_path / "app.yaml"
     f.write_text(yaml.safe_dump_all([DEPLOY, CM]))
     hub.running_polls = 2
-    hub.task = task("completed", {"manifests": [DEPLOY, CM], "manifestNamesByNamespace": {},
-                                  "createdArtifacts": [], "boundArtifacts": []})
+    hub.task = task(
+        "completed",
+        {"manifests": [DEPLOY, CM], "manifestNamesByNamespace": {}, "createdArtifacts": [], "boundArtifacts": []},
+    )
     code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod")
     assert (code, err) == (0, "")
     assert out == "deployment.apps/nginx serverside-applied\nconfigmap/x serverside-applied\n"
-    assert hub.posted() == [[{"deployManifest": {"account": "prod", "manifests": [DEPLOY, CM],
-                                                 "fieldManager": "scale-agent"}}]]
+    assert hub.posted() == [
+        [{"deployManifest": {"account": "prod", "manifests": [DEPLOY, CM], "fieldManager": "scale-agent"}}]
+    ]
     polls = [q for method, path, q in hub.requests if path == "/task/t1"]
     assert len(polls) == 3 and all(int(q["waitSeconds"]) > 0 for q in polls)
     code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod", "-o", "json")
@@ -536,9 +730,18 @@ def test_apply_sends_one_deploy_operation_waits_and_prints(hub, capsys, tmp_path
 def test_a_failed_apply_exits_1_with_the_reason_on_stderr(hub, capsys, tmp_path):
     f = tmp_path / "app.yaml"
     f.write_text(yaml.safe_dump_all([CM, DEPLOY]))
-    hub.task = task("failed", {"manifests": [CM], "manifestNamesByNamespace": {}, "createdArtifacts": [],
-                               "boundArtifacts": [], "failedManifest": "deployment nginx", "notApplied": []},
-                    exception={"message": "quota exceeded", "code": 403, "reason": "Forbidden"})
+    hub.task = task(
+        "failed",
+        {
+            "manifests": [CM],
+            "manifestNamesByNamespace": {},
+            "createdArtifacts": [],
+            "boundArtifacts": [],
+            "failedManifest": "deployment nginx",
+            "notApplied": [],
+        },
+        exception={"message": "quota exceeded", "code": 403, "reason": "Forbidden"},
+    )
     code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod")
     assert (code, out, err) == (1, "configmap/x serverside-applied\n", "error: quota exceeded\n")
 
@@ -572,75 +775,146 @@ def test_the_hub_without_the_operations_api_is_one_line(hub, capsys, tmp_path):
     f = tmp_path / "cm.yaml"
     f.write_text(yaml.safe_dump(CM))
     code = kubectl.main(["delete", "cm", "x", "--account", "prod", "--hub", hub.url + "/nothing-here"])
-    assert (code, capsys.readouterr().err) == (
-        1, "error: the hub answered 404 Not Found to POST /kubernetes/ops\n")
+    assert (code, capsys.readouterr().err) == (1, "error: the hub answered 404 Not Found to POST /kubernetes/ops\n")
 
 
 def test_delete_by_names_file_and_selector(hub, capsys, tmp_path):
-    hub.task = task("completed", {"manifestNamesByNamespace": {}, "deletedManifests": [
-        {"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "nginx"}]})
-    code, out, err = run(hub, capsys, "delete", "deploy", "nginx", "api", "--account", "prod", "-n", "web",
-                         "--cascade", "orphan", "--grace-period", "0")
+    hub.task = task(
+        "completed",
+        {
+            "manifestNamesByNamespace": {},
+            "deletedManifests": [{"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "nginx"}],
+        },
+    )
+    code, out, err = run(
+        hub,
+        capsys,
+        "delete",
+        "deploy",
+        "nginx",
+        "api",
+        "--account",
+        "prod",
+        "-n",
+        "web",
+        "--cascade",
+        "orphan",
+        "--grace-period",
+        "0",
+    )
     assert (code, out, err) == (0, 'deployment.apps "nginx" deleted\n', "")
-    hub.task["resultObjects"][0]["alreadyGone"] = [{"kind": "Deployment", "apiVersion": "apps/v1",
-                                                    "namespace": "web", "name": "api"}]
-    code, out, err = run(hub, capsys, "delete", "deploy", "nginx", "api", "--account", "prod", "-n", "web",
-                         "--cascade", "orphan", "--grace-period", "0")
-    assert (code, out, err) == (1, 'deployment.apps "nginx" deleted\n',
-                                'Error from server (NotFound): deployments.apps "api" not found\n'), "kubectl's way"
+    hub.task["resultObjects"][0]["alreadyGone"] = [
+        {"kind": "Deployment", "apiVersion": "apps/v1", "namespace": "web", "name": "api"}
+    ]
+    code, out, err = run(
+        hub,
+        capsys,
+        "delete",
+        "deploy",
+        "nginx",
+        "api",
+        "--account",
+        "prod",
+        "-n",
+        "web",
+        "--cascade",
+        "orphan",
+        "--grace-period",
+        "0",
+    )
+    assert (code, out, err) == (
+        1,
+        'deployment.apps "nginx" deleted\n',
+        'Error from server (NotFound): deployments.apps "api" not found\n',
+    ), "kubectl's way"
     options = {"propagationPolicy": "Orphan", "gracePeriodSeconds": 0}
     assert hub.posted()[-1] == [
-        {"deleteManifest": {"account": "prod", "manifestName": "deployment.apps nginx", "location": "web",
-                            "options": options}},
-        {"deleteManifest": {"account": "prod", "manifestName": "deployment.apps api", "location": "web",
-                            "options": options}}]
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "manifestName": "deployment.apps nginx",
+                "location": "web",
+                "options": options,
+            }
+        },
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "manifestName": "deployment.apps api",
+                "location": "web",
+                "options": options,
+            }
+        },
+    ]
 
     run(hub, capsys, "delete", "ns/old", "cm/x", "--account", "prod")
     assert [(op["deleteManifest"]["manifestName"], op["deleteManifest"]["location"]) for op in hub.posted()[-1]] == [
-        ("namespace old", ""), ("configmap x", "default")]
+        ("namespace old", ""),
+        ("configmap x", "default"),
+    ]
 
     f = tmp_path / "app.yaml"
     f.write_text(yaml.safe_dump_all([DEPLOY, CM]))
     run(hub, capsys, "delete", "-f", str(f), "--account", "prod")
     assert [(op["deleteManifest"]["manifestName"], op["deleteManifest"]["location"]) for op in hub.posted()[-1]] == [
-        ("deployment.apps nginx", "web"), ("configmap x", "default")]
+        ("deployment.apps nginx", "web"),
+        ("configmap x", "default"),
+    ]
 
     run(hub, capsys, "delete", "deploy", "-l", "app=x", "--account", "prod", "-n", "web")
-    assert hub.posted()[-1] == [{"deleteManifest": {"account": "prod", "kinds": ["deployment.apps"],
-                                                    "labelSelector": "app=x", "location": "web",
-                                                    "options": {"propagationPolicy": "Background"}}}]
+    assert hub.posted()[-1] == [
+        {
+            "deleteManifest": {
+                "account": "prod",
+                "kinds": ["deployment.apps"],
+                "labelSelector": "app=x",
+                "location": "web",
+                "options": {"propagationPolicy": "Background"},
+            }
+        }
+    ]
 
 
 def test_delete_of_a_kind_the_table_does_not_know_gets_a_namespace(hub, capsys):
     run(hub, capsys, "delete", "clusterissuers.cert-manager.io", "le", "--account", "prod")
     run(hub, capsys, "delete", "issuers.cert-manager.io", "le", "--account", "prod", "-n", "team")
     assert [(op[0]["deleteManifest"]["manifestName"], op[0]["deleteManifest"]["location"]) for op in hub.posted()] == [
-        ("clusterissuer.cert-manager.io le", "default"), ("issuer.cert-manager.io le", "team")]
+        ("clusterissuer.cert-manager.io le", "default"),
+        ("issuer.cert-manager.io le", "team"),
+    ]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["delete", "--account", "p"], "You must provide one or more resources by argument or filename."),
-    (["delete", "deploy", "--account", "p"], "resource(s) were provided, but no name was specified"),
-    (["delete", "deploy", "x", "-l", "app=x", "--account", "p"],
-     "name cannot be provided when a selector is specified"),
-    (["delete", "deploy", "-f", "x.yaml", "--account", "p"], "both by arguments and with -f"),
-    (["delete", "deploy", "-l", "app in (", "--account", "p"], "invalid label selector"),
-    (["get", "deploy,svc", "-w", "--account", "p"], "only specify a single resource type with --watch"),
-    (["get", "deploy", "-l", "a b", "--account", "p"], "invalid label selector"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["delete", "--account", "p"], "You must provide one or more resources by argument or filename."),
+        (["delete", "deploy", "--account", "p"], "resource(s) were provided, but no name was specified"),
+        (
+            ["delete", "deploy", "x", "-l", "app=x", "--account", "p"],
+            "name cannot be provided when a selector is specified",
+        ),
+        (["delete", "deploy", "-f", "x.yaml", "--account", "p"], "both by arguments and with -f"),
+        (["delete", "deploy", "-l", "app in (", "--account", "p"], "invalid label selector"),
+        (["get", "deploy,svc", "-w", "--account", "p"], "only specify a single resource type with --watch"),
+        (["get", "deploy", "-l", "a b", "--account", "p"], "invalid label selector"),
+    ],
+)
 def test_bad_flag_combinations_are_one_line_errors_before_any_request(hub, capsys, argv, message):
     code, out, err = run(hub, capsys, *argv)
     assert code == 1 and err.startswith("error: ") and message in err and len(err.splitlines()) == 1
     assert hub.requests == []
 
 
-@pytest.mark.parametrize("argv", [
-    ["get", "deploy"],                                          # no account
-    ["get", "deploy", "--account", "a", "--all-accounts"],      # both
-    ["apply", "--account", "a"],                                # no -f
-    ["delete", "deploy", "x", "--account", "a", "--cascade", "sometimes"],
-    ["get", "deploy", "--account", "a", "-o", "table"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["get", "deploy"],  # no account
+        ["get", "deploy", "--account", "a", "--all-accounts"],  # both
+        ["apply", "--account", "a"],  # no -f
+        ["delete", "deploy", "x", "--account", "a", "--cascade", "sometimes"],
+        ["get", "deploy", "--account", "a", "-o", "table"],
+    ],
+)
 def test_what_argparse_refuses_exits_2(hub, capsys, argv):
     with pytest.raises(SystemExit) as e:
         kubectl.main([*argv, "--hub", hub.url])
@@ -659,8 +933,11 @@ def test_get_against_the_stand_in_hub(hub, capsys):
     code, out, err = run(hub, capsys, "get", "deploy", "nginx", "api", "--account", "b", "-o", "name")
     assert out == "deployment.apps/nginx\ndeployment.apps/api\n", "in the order asked for, as kubectl"
     code, out, err = run(hub, capsys, "get", "deploy", "--account", "b")
-    assert [line.split()[:2] for line in out.splitlines()] == [["NAMESPACE", "NAME"], ["other", "nginx"],
-                                                               ["web", "api"]], "a listing: by namespace and name"
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["NAMESPACE", "NAME"],
+        ["other", "nginx"],
+        ["web", "api"],
+    ], "a listing: by namespace and name"
     code, out, err = run(hub, capsys, "get", "deploy", "gone", "--all-accounts")
     assert (code, out, err) == (1, "", 'Error from server (NotFound): deployments.apps "gone" not found\n')
 
@@ -684,8 +961,11 @@ def test_the_hub_address_comes_from_the_environment_unless_given(monkeypatch):
 
 def test_kind_info_fields_are_what_the_hub_filter_wants():
     info = KindInfo("Widget", "example.com", "widgets", None)
-    assert (info.query, info.token, info.resource_ref) == ("Widget.example.com", "widget.example.com",
-                                                           "widgets.example.com")
+    assert (info.query, info.token, info.resource_ref) == (
+        "Widget.example.com",
+        "widget.example.com",
+        "widgets.example.com",
+    )
 
 
 def test_bad_yaml_error_names_a_relative_path_as_given(tmp_path, monkeypatch):

@@ -13,8 +13,11 @@ GENERATED = ("agent_pb2.py", "agent_pb2.pyi", "agent_pb2_grpc.py")
 
 
 def test_the_generated_code_is_current(tmp_path):
-    subprocess.run([str(ROOT / "scripts" / "gen-protocol"), str(tmp_path)], check=True,
-                   env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [str(ROOT / "scripts" / "gen-protocol"), str(tmp_path)],
+        check=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+    )
     for name in GENERATED:
         fresh = (tmp_path / "scaleagent" / "protocol" / "v1" / name).read_text()
         committed = (ROOT / "src" / "scaleagent" / "protocol" / "v1" / name).read_text()

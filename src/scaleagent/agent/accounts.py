@@ -156,14 +156,29 @@ class AccountRunner:
     def description(self) -> AccountDescription:
         """The account as the hub sees it: its cluster's identity, its configuration, its state."""
         cfg = self.config
-        properties = {key: value for key, value in (
-            ("namespaces", list(cfg.namespaces)), ("omitNamespaces", list(cfg.omit_namespaces)),
-            ("kinds", list(cfg.kinds)), ("omitKinds", list(cfg.omit_kinds)),
-            ("customResourceDefinitions", list(cfg.custom_resource_definitions)),
-            ("onlyNamespacedResources", cfg.only_namespaced_resources), ("context", cfg.context),
-        ) if value}
-        return AccountDescription(self.name, self.state, self.reason, self.host, self.fingerprint, self.version,
-                                  properties, sorted({w.kind.qualified for w in self.watches.values()}))
+        properties = {
+            key: value
+            for key, value in (
+                ("namespaces", list(cfg.namespaces)),
+                ("omitNamespaces", list(cfg.omit_namespaces)),
+                ("kinds", list(cfg.kinds)),
+                ("omitKinds", list(cfg.omit_kinds)),
+                ("customResourceDefinitions", list(cfg.custom_resource_definitions)),
+                ("onlyNamespacedResources", cfg.only_namespaced_resources),
+                ("context", cfg.context),
+            )
+            if value
+        }
+        return AccountDescription(
+            self.name,
+            self.state,
+            self.reason,
+            self.host,
+            self.fingerprint,
+            self.version,
+            properties,
+            sorted({w.kind.qualified for w in self.watches.values()}),
+        )
 
     def operations(self) -> ClusterOperations:
         """The account's operations, on its current connection to the cluster.
@@ -216,9 +231,12 @@ class AccountRunner:
     async def _connect(self) -> None:
         self._set(CONNECTING, "")
         cfg = self.config
-        creds = await load_credentials(kubeconfig=cfg.kubeconfig_file, context=cfg.context,
-                                       in_cluster=cfg.service_account,
-                                       kubeconfig_content=getattr(cfg, "kubeconfig", None))
+        creds = await load_credentials(
+            kubeconfig=cfg.kubeconfig_file,
+            context=cfg.context,
+            in_cluster=cfg.service_account,
+            kubeconfig_content=getattr(cfg, "kubeconfig", None),
+        )
         self._client = KubeClient(creds)
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
@@ -256,8 +274,10 @@ class AccountRunner:
             self._identity_check = asyncio.ensure_future(self._read_identity())
         namespace, uid = await asyncio.shield(self._identity_check)
         if uid != self._identity[1]:
-            raise ClusterReplaced(f"the {namespace} namespace's uid changed from {self._identity[1]} to "
-                                  f"{uid or 'none (it is gone)'}: the cluster was rebuilt or restored")
+            raise ClusterReplaced(
+                f"the {namespace} namespace's uid changed from {self._identity[1]} to "
+                f"{uid or 'none (it is gone)'}: the cluster was rebuilt or restored"
+            )
 
     def _replaced(self, why: str) -> None:
         """Start over from a fresh connection: every kind is listed again, and the hub's snapshot
@@ -354,8 +374,9 @@ class AccountRunner:
                 return {}
             raise
         omit = set(self.config.omit_namespaces)
-        names = sorted(n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or [])
-                       if n and n not in omit)
+        names = sorted(
+            n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or []) if n and n not in omit
+        )
         limit = asyncio.Semaphore(REQUEST_PARALLELISM)
         client = self._client
 
@@ -376,15 +397,24 @@ class AccountRunner:
             field_selector = ",".join(f"metadata.namespace!={ns}" for ns in self.config.omit_namespaces)
         key = (kind, namespace)
         reflector = Reflector(
-            self._client, kind, self._deliver, account=self.name, namespace=namespace,
-            budget=self.budget.for_account(self.name), page_size=self.settings.page_size,
-            field_selector=field_selector, metadata_only=is_secret(kind), transform=transform_for(kind),
+            self._client,
+            kind,
+            self._deliver,
+            account=self.name,
+            namespace=namespace,
+            budget=self.budget.for_account(self.name),
+            page_size=self.settings.page_size,
+            field_selector=field_selector,
+            metadata_only=is_secret(kind),
+            transform=transform_for(kind),
             on_state=lambda state, reason: self._on_watch_state(key, state, reason),
             watch_timeout=self.settings.watch_timeout,
-            idle_timeout=self.settings.watch_idle_timeout, before_resume=self._confirm_cluster,
+            idle_timeout=self.settings.watch_idle_timeout,
+            before_resume=self._confirm_cluster,
         )
-        task = asyncio.get_running_loop().create_task(self._run_watch(key, reflector),
-                                                      name=f"{self.name} {kind.qualified}")
+        task = asyncio.get_running_loop().create_task(
+            self._run_watch(key, reflector), name=f"{self.name} {kind.qualified}"
+        )
         self.watches[key] = Watch(kind, namespace, reflector, task)
 
     async def _run_watch(self, key: tuple[KindInfo, str | None], reflector: Reflector) -> None:
@@ -432,7 +462,7 @@ class AccountRunner:
             # description for the hub each time. The first one stays until the account recovers.
             if self.state == ERROR and self.reason.startswith(("watch of ", "watches keep failing")):
                 return
-            (cause, _), = Counter(w.reason for w in failing).most_common(1)
+            ((cause, _),) = Counter(w.reason for w in failing).most_common(1)
             what = f"watch of {failing[0].label}" if len(failing) == 1 else "watches"
             self._set(ERROR, f"{what} keep{'s' if len(failing) == 1 else ''} failing: {cause}")
         elif all(w.state == "watching" for w in self.watches.values()):
@@ -465,9 +495,15 @@ class AccountRunner:
         for w in self.watches.values():
             states[w.state] = states.get(w.state, 0) + 1
         doc: dict[str, Any] = {
-            "name": self.name, "state": self.state, "since": self.since, "host": self.host,
-            "certificateFingerprint": self.fingerprint, "serverVersion": self.version, "events": self.events,
-            "kinds": sorted({w.kind.qualified for w in self.watches.values()}), "watches": states,
+            "name": self.name,
+            "state": self.state,
+            "since": self.since,
+            "host": self.host,
+            "certificateFingerprint": self.fingerprint,
+            "serverVersion": self.version,
+            "events": self.events,
+            "kinds": sorted({w.kind.qualified for w in self.watches.values()}),
+            "watches": states,
             "skipped": dict(sorted(self.skipped.items())),
         }
         if self.reason:
@@ -532,8 +568,11 @@ class AccountManager:
         seen.add(name)
         current = self.runners.get(name)
         if current is not None and not current.config.dynamic:
-            return AccountAnswer(name, False, f"account {name!r} is configured in this agent's configuration file; "
-                                              "the hub cannot replace it")
+            return AccountAnswer(
+                name,
+                False,
+                f"account {name!r} is configured in this agent's configuration file; the hub cannot replace it",
+            )
         try:
             config = dynamic_account(name, request.kubeconfig_base64, request.context, request.properties)
         except ConfigError as e:
@@ -595,5 +634,4 @@ class AccountManager:
 
     def health(self) -> dict[str, Any]:
         accounts = [r.health() for r in self.runners.values()]
-        return {"status": "ok" if all(a["state"] == WATCHING for a in accounts) else "degraded",
-                "accounts": accounts}
+        return {"status": "ok" if all(a["state"] == WATCHING for a in accounts) else "degraded", "accounts": accounts}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 
 class Budget:
@@ -37,7 +37,7 @@ class Budget:
                 if self.running == 0 and self._on_idle is not None:
                     self._on_idle()
 
-    def for_account(self, account: str):  # noqa: ANN201 - a factory of async context managers
+    def for_account(self, account: str):
         return lambda: self.slot(account)
 
     def forget(self, account: str) -> None:

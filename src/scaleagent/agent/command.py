@@ -13,16 +13,23 @@ log = logging.getLogger("scaleagent.agent")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("agent", help="watch Kubernetes accounts and stream their changes",
-                       description="Follow every kind of every configured account (an armory-agent.yml file).")
+    p = sub.add_parser(
+        "agent",
+        help="watch Kubernetes accounts and stream their changes",
+        description="Follow every kind of every configured account (an armory-agent.yml file).",
+    )
     p.add_argument("--config", type=Path, required=True, metavar="FILE", help="agent configuration (YAML)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--print-events", action="store_true",
-                      help="write one JSON line per event to stdout instead of sending it to the hub "
-                           "(for debugging; jq-friendly)")
-    mode.add_argument("--no-hub", action="store_true",
-                      help="count events and drop them instead of sending them to the hub (for measuring "
-                           "the watch engine alone)")
+    mode.add_argument(
+        "--print-events",
+        action="store_true",
+        help="write one JSON line per event to stdout instead of sending it to the hub (for debugging; jq-friendly)",
+    )
+    mode.add_argument(
+        "--no-hub",
+        action="store_true",
+        help="count events and drop them instead of sending them to the hub (for measuring the watch engine alone)",
+    )
     p.set_defaults(func=run)
 
 
@@ -37,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(config, args.print_events, args.no_hub))
 
 
-async def _serve(config, print_events: bool, no_hub: bool) -> int:  # noqa: ANN001
+async def _serve(config, print_events: bool, no_hub: bool) -> int:
     from .link import HubLink
     from .memory import tune_allocator
     from .service import Agent, link_settings
@@ -49,8 +56,10 @@ async def _serve(config, print_events: bool, no_hub: bool) -> int:  # noqa: ANN0
     try:
         await agent.start()
     except OSError as e:
-        print(f"scale-agent agent: cannot listen on {config.server.host}:{config.server.port}: "
-              f"{e.strerror or e}", file=sys.stderr)
+        print(
+            f"scale-agent agent: cannot listen on {config.server.host}:{config.server.port}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         await agent.stop()
         return 1
     print(f"scale-agent agent: health on {agent.health_url}/health", file=sys.stderr, flush=True)

@@ -117,13 +117,28 @@ class AccountConfig(ConfigModel):
 
     # Settings of Armory's agent or of Clouddriver's Kubernetes accounts that this implementation
     # does not have (here and in the sections below): a migrated file still loads, with a warning.
-    ignored_keys = frozenset({
-        "permissions", "requiredGroupMembership", "providerVersion", "dockerRegistries",
-        "configureImagePullSecrets", "cacheThreads", "cachingPolicies", "oAuthScopes",
-        "onlySpinnakerManaged", "primaryAccount", "environment", "metrics", "namingStrategy",
-        "liveManifestCalls", "checkPermissionsOnStartup", "cacheIntervalSeconds",
-        "kubectlExecutable", "kubectlRequestTimeoutSeconds",
-    })
+    ignored_keys = frozenset(
+        {
+            "permissions",
+            "requiredGroupMembership",
+            "providerVersion",
+            "dockerRegistries",
+            "configureImagePullSecrets",
+            "cacheThreads",
+            "cachingPolicies",
+            "oAuthScopes",
+            "onlySpinnakerManaged",
+            "primaryAccount",
+            "environment",
+            "metrics",
+            "namingStrategy",
+            "liveManifestCalls",
+            "checkPermissionsOnStartup",
+            "cacheIntervalSeconds",
+            "kubectlExecutable",
+            "kubectlRequestTimeoutSeconds",
+        }
+    )
 
     name: StrictStr
     kubeconfig_file: Path | None = Field(
@@ -248,8 +263,9 @@ class DynamicAccountConfig(AccountConfig):
         if self.kubeconfig is None and not self.service_account:
             raise invalid("needs a kubeconfig or serviceAccount: true")
         if self.context is not None and self.kubeconfig is None:
-            raise invalid("only applies with a kubeconfig; an empty kubeconfig means this agent's own service "
-                          "account", "context")
+            raise invalid(
+                "only applies with a kubeconfig; an empty kubeconfig means this agent's own service account", "context"
+            )
 
     @property
     def dynamic(self) -> bool:
@@ -418,7 +434,6 @@ class AgentConfig(ConfigModel):
         return None if value == "" else value
 
 
-
 _FORMAT = ConfigFormat(
     root=AgentConfig,
     env_prefix=ENV_PREFIX,
@@ -436,8 +451,14 @@ _FORMAT = ConfigFormat(
 
 # --- dynamic accounts (sent by the hub) ----------------------------------------------------------
 
-DYNAMIC_PROPERTIES = ("namespaces", "omitNamespaces", "kinds", "omitKinds", "customResourceDefinitions",
-                      "onlyNamespacedResources")
+DYNAMIC_PROPERTIES = (
+    "namespaces",
+    "omitNamespaces",
+    "kinds",
+    "omitKinds",
+    "customResourceDefinitions",
+    "onlyNamespacedResources",
+)
 """The account settings a hub may send as a dynamic account's `properties` (YAML key names)."""
 
 # Keys an account has in a file that a dynamic account carries elsewhere (its own fields), or not at all.
@@ -481,8 +502,9 @@ def decode_kubeconfig(kubeconfig_base64: str) -> dict[str, Any]:
     return doc
 
 
-def dynamic_account(name: str, kubeconfig_base64: str, context: str,
-                    properties: Mapping[str, Any]) -> DynamicAccountConfig:
+def dynamic_account(
+    name: str, kubeconfig_base64: str, context: str, properties: Mapping[str, Any]
+) -> DynamicAccountConfig:
     """Validate one account of an AddAccounts request as the configuration file's accounts are
     validated, so that the reasons read the same. An empty `kubeconfig_base64` means the agent's
     own service account. Raises ConfigError."""
@@ -494,8 +516,10 @@ def dynamic_account(name: str, kubeconfig_base64: str, context: str,
             raise ConfigError(f"{source}: properties.{key}: not a property: {why}")
     given_context = props.pop("context", None)
     if given_context not in (None, "") and context and given_context != context:
-        raise ConfigError(f"{source}: properties.context: {given_context!r} differs from the account's context "
-                          f"{context!r}; give it once")
+        raise ConfigError(
+            f"{source}: properties.context: {given_context!r} differs from the account's context "
+            f"{context!r}; give it once"
+        )
     context = context or (given_context if isinstance(given_context, str) else "")
     kubeconfig = None
     if kubeconfig_base64:

@@ -50,8 +50,14 @@ class OperationExecutor:
         self.max_result_bytes = MAX_RESULT_BYTES
 
     def health(self) -> dict[str, Any]:
-        return {"maxConcurrent": self.max_concurrent, "running": self.running, "waiting": self.waiting,
-                "succeeded": self.succeeded, "failed": self.failed, "expiredBeforeStart": self.expired}
+        return {
+            "maxConcurrent": self.max_concurrent,
+            "running": self.running,
+            "waiting": self.waiting,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "expiredBeforeStart": self.expired,
+        }
 
     async def serve(self, call: grpc.aio.StreamStreamCall, max_result_bytes: int = MAX_RESULT_BYTES) -> None:
         """Read operations until the hub ends the stream; answer each as soon as it is done."""
@@ -77,7 +83,7 @@ class OperationExecutor:
     async def _answer(self, op: pb.Operation, outbox: asyncio.Queue[pb.OperationResult]) -> None:
         try:
             result = await self.run(op)
-        except Exception as e:  # noqa: BLE001 - a bug answers the operation rather than leaving it hanging
+        except Exception as e:
             log.exception("operation %s (%s on %s) failed unexpectedly", op.id, op.type, op.account)
             result = _failure(op.id, 500, "InternalError", f"the agent failed unexpectedly: {type(e).__name__}: {e}")
         if result.ok:
@@ -125,12 +131,20 @@ class OperationExecutor:
         except TimeoutError:
             if not acquired:
                 self.expired += 1
-                return _failure(op.id, 504, "Timeout", f"not started: its deadline passed while {self.running} "
-                                                       f"operation(s) held every slot (operations.maxConcurrent "
-                                                       f"{self.max_concurrent})")
+                return _failure(
+                    op.id,
+                    504,
+                    "Timeout",
+                    f"not started: its deadline passed while {self.running} "
+                    f"operation(s) held every slot (operations.maxConcurrent "
+                    f"{self.max_concurrent})",
+                )
             done = _applied(out)
-            out.error = OperationFailed(504, "Timeout", f"the operation did not finish before its deadline; it was "
-                                                        f"{out.step or 'starting'}{done}")
+            out.error = OperationFailed(
+                504,
+                "Timeout",
+                f"the operation did not finish before its deadline; it was {out.step or 'starting'}{done}",
+            )
         finally:
             if not acquired:
                 self.waiting -= 1
@@ -138,16 +152,34 @@ class OperationExecutor:
         if out.error is None:
             log.info("operation %s: %s on %s done in %.0f ms", op.id, op.type, op.account, elapsed)
         else:
-            log.warning("operation %s: %s on %s failed in %.0f ms: %s %s", op.id, op.type, op.account, elapsed,
-                        out.error.code, out.error.message)
+            log.warning(
+                "operation %s: %s on %s failed in %.0f ms: %s %s",
+                op.id,
+                op.type,
+                op.account,
+                elapsed,
+                out.error.code,
+                out.error.message,
+            )
         return self._result(op, runner, out)
 
     def _result(self, op: pb.Operation, runner: Any, out: Outcome) -> pb.OperationResult:
-        objects = [scrub_secret(o) if o.get("kind") == "Secret" and o.get("apiVersion") == "v1" else o
-                   for o in out.objects]
-        expect = [pb.CacheExpectation(group=t.kind.group, kind=t.kind.kind, namespace=t.namespace, name=t.name,
-                                      resource_version=t.resource_version, deleted=t.deleted, uid=t.uid)
-                  for t in out.touched if runner.follows(t.kind.group, t.kind.kind, t.namespace)]
+        objects = [
+            scrub_secret(o) if o.get("kind") == "Secret" and o.get("apiVersion") == "v1" else o for o in out.objects
+        ]
+        expect = [
+            pb.CacheExpectation(
+                group=t.kind.group,
+                kind=t.kind.kind,
+                namespace=t.namespace,
+                name=t.name,
+                resource_version=t.resource_version,
+                deleted=t.deleted,
+                uid=t.uid,
+            )
+            for t in out.touched
+            if runner.follows(t.kind.group, t.kind.kind, t.namespace)
+        ]
         output = dict(out.output)
         encoded = orjson.dumps(objects)
         limit = self.max_result_bytes
@@ -156,12 +188,16 @@ class OperationExecutor:
             # then objects to their identity, and the result says so.
             output["truncated"] = f"the result was over {limit} bytes: logs and objects were shortened"
             if isinstance(output.get("logs"), dict):
-                output["logs"] = {pod: {c: text[-TRUNCATED_LOG_CHARS:] for c, text in containers.items()}
-                                  for pod, containers in output["logs"].items() if isinstance(containers, dict)}
+                output["logs"] = {
+                    pod: {c: text[-TRUNCATED_LOG_CHARS:] for c, text in containers.items()}
+                    for pod, containers in output["logs"].items()
+                    if isinstance(containers, dict)
+                }
             if len(encoded) + len(orjson.dumps(output)) > limit:
                 encoded = orjson.dumps([_identity(o) for o in objects])
-        result = pb.OperationResult(id=op.id, ok=out.error is None, objects=encoded,
-                                    output=orjson.dumps(output), expect=expect)
+        result = pb.OperationResult(
+            id=op.id, ok=out.error is None, objects=encoded, output=orjson.dumps(output), expect=expect
+        )
         if out.error is not None:
             e = out.error
             # The last guard of "never a bare 500": whatever made this failure, it leaves with a
@@ -169,15 +205,24 @@ class OperationExecutor:
             code = e.code or 500
             reason = e.reason or STATUS_REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
             message = e.message or f"{op.type} failed with {code} {reason} while {out.step or 'starting'}"
-            result.error.CopyFrom(pb.Status(code=code, reason=reason, message=message,
-                                            details=orjson.dumps(e.details) if e.details is not None else b""))
+            result.error.CopyFrom(
+                pb.Status(
+                    code=code,
+                    reason=reason,
+                    message=message,
+                    details=orjson.dumps(e.details) if e.details is not None else b"",
+                )
+            )
         return result
 
 
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
+    }
 
 
 def _applied(out: Outcome) -> str:
@@ -188,8 +233,9 @@ def _applied(out: Outcome) -> str:
 
 
 def _failure(op_id: str, code: int, reason: str, message: str) -> pb.OperationResult:
-    return pb.OperationResult(id=op_id, ok=False, objects=b"[]", output=b"{}",
-                              error=pb.Status(code=code, reason=reason, message=message))
+    return pb.OperationResult(
+        id=op_id, ok=False, objects=b"[]", output=b"{}", error=pb.Status(code=code, reason=reason, message=message)
+    )
 
 
 async def _write_all(call: grpc.aio.StreamStreamCall, outbox: asyncio.Queue[pb.OperationResult]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -24,11 +25,13 @@ class _Collector:
         self.manager, self.budget, self.link = manager, budget, link
 
     def collect(self) -> Iterator[Any]:
-        state = GaugeMetricFamily("scale_agent_account_state", "1 for the state each account is in",
-                                  labels=["account", "state"])
+        state = GaugeMetricFamily(
+            "scale_agent_account_state", "1 for the state each account is in", labels=["account", "state"]
+        )
         events = CounterMetricFamily("scale_agent_events", "Events handed to the sink", labels=["account"])
-        watches = GaugeMetricFamily("scale_agent_watches", "Followed (kind, namespace) pairs by state",
-                                    labels=["account", "state"])
+        watches = GaugeMetricFamily(
+            "scale_agent_watches", "Followed (kind, namespace) pairs by state", labels=["account", "state"]
+        )
         relists = CounterMetricFamily("scale_agent_relists", "Relists after 410 Gone", labels=["account"])
         skipped = GaugeMetricFamily("scale_agent_skipped_kinds", "Kinds not followed (forbidden)", labels=["account"])
         for r in self.manager.runners.values():
@@ -46,17 +49,25 @@ class _Collector:
         yield GaugeMetricFamily("scale_agent_lists_running", "Initial LISTs running now", value=self.budget.running)
         yield GaugeMetricFamily("scale_agent_lists_peak", "Most LISTs that ran at once", value=self.budget.peak)
         if self.link is not None:
-            yield GaugeMetricFamily("scale_agent_hub_connected", "1 while the hub link is connected",
-                                    value=1.0 if self.link.state == "connected" else 0.0)
-            yield CounterMetricFamily("scale_agent_hub_connects", "Connections made to the hub", value=self.link.connects)
-            yield CounterMetricFamily("scale_agent_hub_events_sent", "Events written to the hub",
-                                      value=self.link.events_sent)
-            yield CounterMetricFamily("scale_agent_hub_batches_acknowledged", "Batches the hub acknowledged",
-                                      value=self.link.batches_acked)
+            yield GaugeMetricFamily(
+                "scale_agent_hub_connected",
+                "1 while the hub link is connected",
+                value=1.0 if self.link.state == "connected" else 0.0,
+            )
+            yield CounterMetricFamily(
+                "scale_agent_hub_connects", "Connections made to the hub", value=self.link.connects
+            )
+            yield CounterMetricFamily(
+                "scale_agent_hub_events_sent", "Events written to the hub", value=self.link.events_sent
+            )
+            yield CounterMetricFamily(
+                "scale_agent_hub_batches_acknowledged", "Batches the hub acknowledged", value=self.link.batches_acked
+            )
 
 
-def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = None,
-               executor: OperationExecutor | None = None) -> web.Application:
+def health_app(
+    manager: AccountManager, budget: Budget, link: HubLink | None = None, executor: OperationExecutor | None = None
+) -> web.Application:
     registry = CollectorRegistry()
     registry.register(_Collector(manager, budget, link))
 
@@ -68,8 +79,7 @@ def health_app(manager: AccountManager, budget: Budget, link: HubLink | None = N
                 doc["status"] = "degraded"
         if executor is not None:
             doc["operations"] = executor.health()
-        return web.Response(body=orjson.dumps(doc, option=orjson.OPT_INDENT_2),
-                            content_type="application/json")
+        return web.Response(body=orjson.dumps(doc, option=orjson.OPT_INDENT_2), content_type="application/json")
 
     async def ready(_: web.Request) -> web.Response:
         not_ready = [r.name for r in manager.runners.values() if r.state != WATCHING]

@@ -161,9 +161,14 @@ class HubLink:
             await asyncio.wait([self._task])
 
     def health(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"hub": self.settings.target, "state": self.state, "sessionId": self.session_id,
-                               "connects": self.connects, "batchesAcknowledged": self.batches_acked,
-                               "eventsSent": self.events_sent}
+        doc: dict[str, Any] = {
+            "hub": self.settings.target,
+            "state": self.state,
+            "sessionId": self.session_id,
+            "connects": self.connects,
+            "batchesAcknowledged": self.batches_acked,
+            "eventsSent": self.events_sent,
+        }
         if self.reason:
             doc["reason"] = self.reason
         if self.connected_since:
@@ -185,7 +190,7 @@ class HubLink:
                 self._down("the stream to the hub ended")
             except (OSError, ssl.SSLError, ValueError) as e:
                 self._down(f"{type(e).__name__}: {e}")
-            except Exception as e:  # noqa: BLE001 - a bug must not end the link for good
+            except Exception as e:
                 log.exception("hub link: unexpected failure")
                 self._down(f"unexpected failure: {type(e).__name__}: {e}")
             await asyncio.sleep(backoff.next())
@@ -210,14 +215,23 @@ class HubLink:
             caching = stub.Caching(metadata=metadata)
             self._described.clear()
             self._control.clear()  # answers to requests of a former connection: that hub session is gone
-            await caching.write(pb.CachingMessage(hello=pb.Hello(
-                protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, zone_id=s.zone_id,
-                agent_version=__version__, dynamic_accounts_enabled=s.dynamic_accounts_enabled,
-                heartbeat_seconds=max(0, s.keep_alive_seconds), heartbeat_timeout_seconds=max(1, s.keep_alive_timeout_seconds),
-                accounts=[_account_message(d) for d in self.accounts.descriptions()])))
+            await caching.write(
+                pb.CachingMessage(
+                    hello=pb.Hello(
+                        protocol_version=PROTOCOL_VERSION,
+                        agent_id=s.agent_id,
+                        zone_id=s.zone_id,
+                        agent_version=__version__,
+                        dynamic_accounts_enabled=s.dynamic_accounts_enabled,
+                        heartbeat_seconds=max(0, s.keep_alive_seconds),
+                        heartbeat_timeout_seconds=max(1, s.keep_alive_timeout_seconds),
+                        accounts=[_account_message(d) for d in self.accounts.descriptions()],
+                    )
+                )
+            )
             try:
                 welcome = await asyncio.wait_for(caching.read(), WELCOME_TIMEOUT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise LinkError(f"no welcome from the hub within {WELCOME_TIMEOUT:g}s") from None
             if welcome is grpc.aio.EOF or not welcome.HasField("welcome"):
                 raise LinkError("the hub did not answer the hello with a welcome")
@@ -226,8 +240,13 @@ class HubLink:
             if w.max_message_bytes:
                 self._max_bytes = max(1024, w.max_message_bytes - FRAMING_MARGIN)
             operations = stub.Operations(metadata=metadata)
-            await operations.write(pb.OperationsMessage(hello=pb.OperationsHello(
-                protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, session_id=w.session_id)))
+            await operations.write(
+                pb.OperationsMessage(
+                    hello=pb.OperationsHello(
+                        protocol_version=PROTOCOL_VERSION, agent_id=s.agent_id, session_id=w.session_id
+                    )
+                )
+            )
             first = self.connects == 0
             self.connects += 1
             log.info("hub link: connected to %s (replica %s, session %s)", s.target, w.hub_replica, w.session_id)
@@ -244,8 +263,12 @@ class HubLink:
             tasks = [
                 asyncio.create_task(self._write(caching, window), name="hub link writer"),
                 asyncio.create_task(self._read(caching, window), name="hub link reader"),
-                asyncio.create_task(self.operations.serve(operations, self._max_bytes) if self.operations is not None
-                                    else _refuse_operations(operations), name="hub link operations"),
+                asyncio.create_task(
+                    self.operations.serve(operations, self._max_bytes)
+                    if self.operations is not None
+                    else _refuse_operations(operations),
+                    name="hub link operations",
+                ),
             ]
             if w.heartbeats and s.keep_alive_seconds > 0:
                 tasks.append(asyncio.create_task(self._heartbeats(), name="hub link heartbeats"))
@@ -290,7 +313,7 @@ class HubLink:
                     break
                 try:
                     epoch, events = await asyncio.wait_for(self._queue.get(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             self._taken += 1
             if epoch == self._epoch:
@@ -320,8 +343,9 @@ class HubLink:
         """The descriptions whose preceding events are all written (or dropped with their connection)."""
         # Taken out before the first write: while a write waits, the reader may remove accounts
         # (DeleteAccounts) or the watch engine describe them again, and both change `_described`.
-        ready = [self._described.pop(name)[0] for name, (_, after) in list(self._described.items())
-                 if after <= self._written]
+        ready = [
+            self._described.pop(name)[0] for name, (_, after) in list(self._described.items()) if after <= self._written
+        ]
         for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
@@ -331,14 +355,28 @@ class HubLink:
         current: list[pb.Event] = []
         size = 0
         for e in batch:
-            ev = pb.Event(type=EVENT_TYPES[e.type], account=e.account, group=e.group, version=e.version, kind=e.kind,
-                          namespace=e.namespace, name=e.name, resource_version=e.resource_version,
-                          object=e.object or b"")
+            ev = pb.Event(
+                type=EVENT_TYPES[e.type],
+                account=e.account,
+                group=e.group,
+                version=e.version,
+                kind=e.kind,
+                namespace=e.namespace,
+                name=e.name,
+                resource_version=e.resource_version,
+                object=e.object or b"",
+            )
             n = ev.ByteSize() + 8
             if n > self._max_bytes:
                 self.dropped_oversize += 1
-                log.error("hub link: %s %s/%s of account %s is %d bytes, over the hub's message limit; not sent",
-                          e.kind, e.namespace, e.name, e.account, n)
+                log.error(
+                    "hub link: %s %s/%s of account %s is %d bytes, over the hub's message limit; not sent",
+                    e.kind,
+                    e.namespace,
+                    e.name,
+                    e.account,
+                    n,
+                )
                 continue
             if current and size + n > self._max_bytes:
                 chunks.append(current)
@@ -391,8 +429,10 @@ class HubLink:
             if unanswered_since is not None and self._heard_at >= unanswered_since:
                 unanswered_since = None
             if unanswered_since is not None and now - unanswered_since > timeout:
-                raise LinkError(f"no answer from the hub for {now - unanswered_since:.0f}s after a heartbeat "
-                                f"(keepAliveTimeOutSeconds is {timeout:g}): the connection is taken for dead")
+                raise LinkError(
+                    f"no answer from the hub for {now - unanswered_since:.0f}s after a heartbeat "
+                    f"(keepAliveTimeOutSeconds is {timeout:g}): the connection is taken for dead"
+                )
             if now >= next_beat:
                 sequence += 1
                 self._send_control(pb.CachingMessage(heartbeat=pb.Heartbeat(sequence=sequence)))
@@ -427,9 +467,14 @@ class HubLink:
         self._answer(request.request_id, answers)
 
     def _answer(self, request_id: str, answers: list[AccountAnswer]) -> None:
-        self._send_control(pb.CachingMessage(accounts_answer=pb.AccountsAnswer(
-            request_id=request_id,
-            answers=[pb.AccountAnswer(name=a.name, accepted=a.accepted, reason=a.reason) for a in answers])))
+        self._send_control(
+            pb.CachingMessage(
+                accounts_answer=pb.AccountsAnswer(
+                    request_id=request_id,
+                    answers=[pb.AccountAnswer(name=a.name, accepted=a.accepted, reason=a.reason) for a in answers],
+                )
+            )
+        )
 
 
 async def _refuse_operations(call: grpc.aio.StreamStreamCall) -> None:
@@ -438,17 +483,30 @@ async def _refuse_operations(call: grpc.aio.StreamStreamCall) -> None:
         op = await call.read()
         if op is grpc.aio.EOF:
             return
-        await call.write(pb.OperationsMessage(result=pb.OperationResult(
-            id=op.id, ok=False, error=pb.Status(code=501, reason="NotImplemented",
-                                                message="this agent runs no operations"))))
+        await call.write(
+            pb.OperationsMessage(
+                result=pb.OperationResult(
+                    id=op.id,
+                    ok=False,
+                    error=pb.Status(code=501, reason="NotImplemented", message="this agent runs no operations"),
+                )
+            )
+        )
 
 
 def _account_message(d: AccountDescription) -> pb.Account:
     props = struct_pb2.Struct()
     props.update(d.properties)
-    return pb.Account(name=d.name, state=d.state, reason=d.reason, api_host=d.host,
-                      certificate_fingerprint=d.fingerprint, server_version=d.version, properties=props,
-                      kinds=list(d.kinds))
+    return pb.Account(
+        name=d.name,
+        state=d.state,
+        reason=d.reason,
+        api_host=d.host,
+        certificate_fingerprint=d.fingerprint,
+        server_version=d.version,
+        properties=props,
+        kinds=list(d.kinds),
+    )
 
 
 def _rpc_reason(e: grpc.aio.AioRpcError) -> str:
@@ -484,8 +542,9 @@ def _channel(s: LinkSettings, presented: tuple[bytes, str] | None) -> grpc.aio.C
         options.append(("grpc.ssl_target_name_override", s.server_name or name))
     elif s.server_name:
         options.append(("grpc.ssl_target_name_override", s.server_name))
-    creds = grpc.ssl_channel_credentials(root_certificates=roots, private_key=_read(s.client_key_file),
-                                         certificate_chain=_read(s.client_cert_file))
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=roots, private_key=_read(s.client_key_file), certificate_chain=_read(s.client_cert_file)
+    )
     return grpc.aio.secure_channel(s.target, creds, options=options)
 
 
@@ -509,4 +568,3 @@ def _presented_certificate(target: str) -> tuple[bytes, str]:
 def default_agent_id() -> str:
     """The host name: in Kubernetes the pod name, stable enough to recognise a restarted agent."""
     return socket.gethostname()
-

@@ -17,7 +17,7 @@ import logging
 log = logging.getLogger("scaleagent.agent.memory")
 
 
-def _libc():  # noqa: ANN202
+def _libc():
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None

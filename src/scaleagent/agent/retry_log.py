@@ -75,8 +75,7 @@ class RetryReport:
         lasted = time.monotonic() - (self.began or time.monotonic())
         retries = "1 retry" if self.retries == 1 else f"{self.retries} retries"
         if self.reported:
-            log.warning("account %s: every watch is established again after %.0f s (%s)",
-                        self.account, lasted, retries)
+            log.warning("account %s: every watch is established again after %.0f s (%s)", self.account, lasted, retries)
         else:
             log.info("account %s: watches re-established after %.1f s (%s)", self.account, lasted, retries)
         self.began = None

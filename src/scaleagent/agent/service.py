@@ -23,13 +23,18 @@ class Agent:
         self.config = config
         k = config.kubernetes
         self.releaser = Releaser()
-        self.budget = Budget(config.tasks.total_budget, config.tasks.budget_per_account,
-                             on_idle=self.releaser.burst_ended)
-        self.settings = EngineSettings(page_size=k.page_size, discovery_interval=k.discovery_interval_seconds,
-                                       watch_idle_timeout=k.watch_idle_timeout_seconds)
+        self.budget = Budget(
+            config.tasks.total_budget, config.tasks.budget_per_account, on_idle=self.releaser.burst_ended
+        )
+        self.settings = EngineSettings(
+            page_size=k.page_size,
+            discovery_interval=k.discovery_interval_seconds,
+            watch_idle_timeout=k.watch_idle_timeout_seconds,
+        )
         self.sink = sink
-        self.accounts = AccountManager(self.settings, sink, self.budget,
-                                       dynamic_enabled=config.dynamic_accounts_enabled)
+        self.accounts = AccountManager(
+            self.settings, sink, self.budget, dynamic_enabled=config.dynamic_accounts_enabled
+        )
         self.executor = OperationExecutor(self.accounts, config.operations.max_concurrent)
         self._runner: web.AppRunner | None = None
         self.health_url = ""
@@ -47,8 +52,9 @@ class Agent:
             self.sink.start(self.accounts, self.executor)
         for account in self.config.kubernetes.accounts:
             self.accounts.add(account)
-        log.info("agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts),
-                 self.health_url)
+        log.info(
+            "agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts), self.health_url
+        )
 
     async def stop(self) -> None:
         self.releaser.cancel()
@@ -63,11 +69,17 @@ def link_settings(config: AgentConfig) -> LinkSettings:
     """The hub connection as the `clouddriver` section describes it."""
     c = config.clouddriver
     return LinkSettings(
-        target=c.grpc, insecure=c.insecure, server_name=c.tls.server_name,
-        insecure_skip_verify=c.tls.insecure_skip_verify, client_cert_file=c.tls.client_cert_file,
-        client_key_file=c.tls.client_key_file, cacert_file=c.tls.cacert_file,
-        token=c.auth.token.get_secret_value(), keep_alive_seconds=c.keep_alive_heartbeat_seconds,
+        target=c.grpc,
+        insecure=c.insecure,
+        server_name=c.tls.server_name,
+        insecure_skip_verify=c.tls.insecure_skip_verify,
+        client_cert_file=c.tls.client_cert_file,
+        client_key_file=c.tls.client_key_file,
+        cacert_file=c.tls.cacert_file,
+        token=c.auth.token.get_secret_value(),
+        keep_alive_seconds=c.keep_alive_heartbeat_seconds,
         keep_alive_timeout_seconds=c.keep_alive_time_out_seconds,
-        agent_id=config.agent_id or default_agent_id(), zone_id=config.zone_id or "",
+        agent_id=config.agent_id or default_agent_id(),
+        zone_id=config.zone_id or "",
         dynamic_accounts_enabled=config.dynamic_accounts_enabled,
     )

@@ -59,8 +59,17 @@ class Sink(Protocol):
 
 
 def event_json(e: ObjectEvent) -> bytes:
-    doc: dict[str, Any] = {"account": e.account, "type": e.type, "group": e.group, "version": e.version, "kind": e.kind,
-           "namespace": e.namespace, "name": e.name, "uid": e.uid, "resourceVersion": e.resource_version}
+    doc: dict[str, Any] = {
+        "account": e.account,
+        "type": e.type,
+        "group": e.group,
+        "version": e.version,
+        "kind": e.kind,
+        "namespace": e.namespace,
+        "name": e.name,
+        "uid": e.uid,
+        "resourceVersion": e.resource_version,
+    }
     if e.object is not None:
         doc["object"] = orjson.Fragment(e.object)  # the object's own bytes, not re-encoded
     return orjson.dumps(doc)

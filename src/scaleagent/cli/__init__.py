@@ -41,4 +41,3 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     return int(args.func(args) or 0)
-

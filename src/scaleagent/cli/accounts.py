@@ -31,21 +31,40 @@ __all__ = ["add_parser"]
 WAIT_POLL_SECONDS = 0.5
 """How often `migrate --wait` asks for the accounts' states (the API has no push for them)."""
 
-_COLUMNS = (("NAME", "name"), ("STATE", "state"), ("ZONE", "zoneId"), ("KUBECONFIG", "kubeconfigFile"),
-            ("AGENT", "agentId"), ("FAILED", "failedCount"), ("ERROR", "errorMessage"))
-_LIST_SETTINGS = (("namespaces", "namespaces"), ("omit_namespaces", "omitNamespaces"), ("kinds", "kinds"),
-                  ("omit_kinds", "omitKinds"), ("custom_resource_definitions", "customResourceDefinitions"))
+_COLUMNS = (
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("ZONE", "zoneId"),
+    ("KUBECONFIG", "kubeconfigFile"),
+    ("AGENT", "agentId"),
+    ("FAILED", "failedCount"),
+    ("ERROR", "errorMessage"),
+)
+_LIST_SETTINGS = (
+    ("namespaces", "namespaces"),
+    ("omit_namespaces", "omitNamespaces"),
+    ("kinds", "kinds"),
+    ("omit_kinds", "omitKinds"),
+    ("custom_resource_definitions", "customResourceDefinitions"),
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `accounts` and its subcommands on the `scale-agent` parser."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--hub", default=hub_api.default_hub(), metavar="URL",
-                        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})")
+    common.add_argument(
+        "--hub",
+        default=hub_api.default_hub(),
+        metavar="URL",
+        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})",
+    )
     common.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
 
-    p = sub.add_parser("accounts", help="create, migrate and manage dynamic accounts on a hub",
-                       description="Dynamic accounts through the hub's REST API (see docs/accounts.md).")
+    p = sub.add_parser(
+        "accounts",
+        help="create, migrate and manage dynamic accounts on a hub",
+        description="Dynamic accounts through the hub's REST API (see docs/accounts.md).",
+    )
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     commands = p.add_subparsers(dest="accounts_command", metavar="COMMAND")
 
@@ -85,8 +104,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _settings_options(c: argparse.ArgumentParser) -> None:
     c.add_argument("--zone", help="zoneId: only agents of this zone get it")
-    c.add_argument("--kubeconfig-file", metavar="REF",
-                   help="a path on the hub, or 'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>'")
+    c.add_argument(
+        "--kubeconfig-file",
+        metavar="REF",
+        help="a path on the hub, or 'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>'",
+    )
     c.add_argument("--context", help="the kubeconfig context")
     for option, _ in _LIST_SETTINGS:
         c.add_argument(f"--{option.replace('_', '-')}", metavar="A,B", help="comma-separated")
@@ -142,15 +164,17 @@ def _add(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _migrate(args: argparse.Namespace, out: TextIO) -> int:
-    accounts = hub_api.send(args.hub, "PATCH", "/armory/accounts",
-                        body=[{"name": n, "state": "ACTIVE"} for n in args.names])
+    accounts = hub_api.send(
+        args.hub, "PATCH", "/armory/accounts", body=[{"name": n, "state": "ACTIVE"} for n in args.names]
+    )
     if not args.wait:
         _print(args, out, accounts)
         return 0
     deadline = time.monotonic() + args.timeout
     while True:
-        accounts = [hub_api.send(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(n, safe='')}")
-                    for n in args.names]
+        accounts = [
+            hub_api.send(args.hub, "GET", f"/armory/accounts/{urllib.parse.quote(n, safe='')}") for n in args.names
+        ]
         if all(a["state"] in ("ACTIVE", "FAILED") for a in accounts):
             break
         if time.monotonic() > deadline:
@@ -162,8 +186,13 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _deactivate(args: argparse.Namespace, out: TextIO) -> int:
-    _print(args, out, hub_api.send(args.hub, "PATCH", "/armory/accounts",
-                               body=[{"name": n, "state": "INACTIVE"} for n in args.names]))
+    _print(
+        args,
+        out,
+        hub_api.send(
+            args.hub, "PATCH", "/armory/accounts", body=[{"name": n, "state": "INACTIVE"} for n in args.names]
+        ),
+    )
     return 0
 
 
@@ -215,8 +244,9 @@ def _print(args: argparse.Namespace, out: TextIO, accounts: Any) -> None:
         return
     if isinstance(accounts, dict):
         accounts = [accounts]
-    rows = [[h for h, _ in _COLUMNS]] + [[_cell(a.get(key)) for _, key in _COLUMNS[:-1]] + [a.get("errorMessage") or ""]
-                                         for a in accounts]
+    rows = [[h for h, _ in _COLUMNS]] + [
+        [_cell(a.get(key)) for _, key in _COLUMNS[:-1]] + [a.get("errorMessage") or ""] for a in accounts
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS) - 1)]
     for r in rows:
         out.write("  ".join([c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]).rstrip() + "\n")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.parse
@@ -37,12 +36,21 @@ def url(hub: str, path: str, params: Sequence[tuple[str, str]] = ()) -> str:
     return hub.rstrip("/") + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
 
 
-def open_stream(hub: str, method: str, path: str, *, body: Any = None, params: Sequence[tuple[str, str]] = (),
-                      timeout: float = 60.0, accept: str = "application/json") -> Any:
+def open_stream(
+    hub: str,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    params: Sequence[tuple[str, str]] = (),
+    timeout: float = 60.0,
+    accept: str = "application/json",
+) -> Any:
     """The open response (for a stream such as the watch), or HubError with the hub's own message."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url(hub, path, params), data=data, method=method,
-                                 headers={"Content-Type": "application/json", "Accept": accept})
+    req = urllib.request.Request(
+        url(hub, path, params), data=data, method=method, headers={"Content-Type": "application/json", "Accept": accept}
+    )
     try:
         return urllib.request.urlopen(req, timeout=timeout)
     except urllib.error.HTTPError as e:
@@ -63,15 +71,16 @@ def open_stream(hub: str, method: str, path: str, *, body: Any = None, params: S
         raise HubError(f"error: cannot reach the hub at {hub}: {cause} (is it running? see --hub)") from None
 
 
-def send(hub: str, method: str, path: str, *, body: Any = None, params: Sequence[tuple[str, str]] = (),
-         timeout: float = 60.0) -> Any:
+def send(
+    hub: str, method: str, path: str, *, body: Any = None, params: Sequence[tuple[str, str]] = (), timeout: float = 60.0
+) -> Any:
     """One request; its JSON answer, or HubError with the hub's own message."""
     with open_stream(hub, method, path, body=body, params=params, timeout=timeout) as response:
         try:
             return json.loads(response.read() or b"null")
         except ValueError:
             raise HubError(f"error: {method} {path}: the hub answered something that is not JSON") from None
-        except (OSError, socket.timeout) as e:
+        except (TimeoutError, OSError) as e:
             raise HubError(f"error: {method} {path}: {e}") from None
 
 
@@ -91,5 +100,7 @@ def run_task(hub: str, operations: list[dict[str, Any]], timeout: float) -> dict
         if task.get("state") in ("completed", "failed") or status.get("completed") or status.get("failed"):
             return task
         if time.monotonic() >= deadline:
-            raise CliError(f"error: timed out after {timeout:g}s waiting for task {task_id} "
-                           f"(it may still finish: GET {path}); last status: {status.get('status', '')}")
+            raise CliError(
+                f"error: timed out after {timeout:g}s waiting for task {task_id} "
+                f"(it may still finish: GET {path}); last status: {status.get('status', '')}"
+            )

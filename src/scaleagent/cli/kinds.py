@@ -9,13 +9,25 @@ from typing import Any
 
 from .errors import CliError
 
-__all__ = ["KNOWN_KINDS", "KindInfo", "ResourceArg", "group_of", "kind_token", "manifest_name", "meta", "object_name",
-           "parse_resource_args", "plural", "resolve_kind"]
+__all__ = [
+    "KNOWN_KINDS",
+    "KindInfo",
+    "ResourceArg",
+    "group_of",
+    "kind_token",
+    "manifest_name",
+    "meta",
+    "object_name",
+    "parse_resource_args",
+    "plural",
+    "resolve_kind",
+]
 
 
 def meta(obj: dict[str, Any]) -> dict[str, Any]:
     """An object's metadata, empty when it has none."""
     return obj.get("metadata") or {}
+
 
 @dataclass(frozen=True)
 class KindInfo:
@@ -175,13 +187,16 @@ class ResourceArg:
 def parse_resource_args(args: Sequence[str]) -> list[ResourceArg]:
     """kubectl's argument forms: `KIND[,KIND...] [NAME...]` or `KIND/NAME...`, never both."""
     if not args:
-        raise CliError("error: You must specify the type of resource to get. Use \"scale-agent get --help\" "
-                       "for the accepted kinds")
+        raise CliError(
+            'error: You must specify the type of resource to get. Use "scale-agent get --help" for the accepted kinds'
+        )
     if any("/" in a for a in args):
         if not all("/" in a for a in args):
-            raise CliError("error: there is no need to specify a resource type as a separate argument when "
-                           "passing arguments in resource/name form (e.g. 'scale-agent get resource/<resource_name>' "
-                           "instead of 'scale-agent get resource resource/<resource_name>')")
+            raise CliError(
+                "error: there is no need to specify a resource type as a separate argument when "
+                "passing arguments in resource/name form (e.g. 'scale-agent get resource/<resource_name>' "
+                "instead of 'scale-agent get resource resource/<resource_name>')"
+            )
         out: list[ResourceArg] = []
         for a in args:
             kind, _, name = a.partition("/")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -60,14 +59,23 @@ WATCH_READ_TIMEOUT = 60.0
 ACCOUNT_QUERY_THREADS = 16
 """`--all-accounts` asks the hub once per account; in parallel, or hundreds of accounts take seconds."""
 
+
 def _accounts(args: argparse.Namespace) -> list[str]:
     if not args.all_accounts:
         return [args.account]
     return [a["name"] for a in hub_api.send(args.hub, "GET", "/api/v1/accounts")]
 
 
-def _query(hub: str, account: str, kind: KindInfo, *, namespace: str | None, name: str | None,
-           selector: str | None, tolerate_missing_account: bool) -> list[dict[str, Any]]:
+def _query(
+    hub: str,
+    account: str,
+    kind: KindInfo,
+    *,
+    namespace: str | None,
+    name: str | None,
+    selector: str | None,
+    tolerate_missing_account: bool,
+) -> list[dict[str, Any]]:
     params = [("kind", kind.query)]
     if namespace is not None and kind.namespaced is not False:
         params.append(("namespace", namespace))
@@ -76,7 +84,9 @@ def _query(hub: str, account: str, kind: KindInfo, *, namespace: str | None, nam
     if selector:
         params.append(("labelSelector", selector))
     try:
-        doc = hub_api.send(hub, "GET", f"/api/v1/accounts/{urllib.parse.quote(account, safe='')}/objects", params=params)
+        doc = hub_api.send(
+            hub, "GET", f"/api/v1/accounts/{urllib.parse.quote(account, safe='')}/objects", params=params
+        )
     except HubError as e:
         if tolerate_missing_account and e.status == 404 and e.reason != UNKNOWN_KIND:
             return []  # an account gone since --all-accounts listed them
@@ -110,8 +120,18 @@ def _fetch(args: argparse.Namespace, accounts: list[str], target: ResourceArg) -
     def one(job: tuple[str, str | None]) -> list[Row]:
         account, name = job
         try:
-            return [(account, o) for o in _query(args.hub, account, target.kind, namespace=args.namespace, name=name,
-                                                 selector=args.selector, tolerate_missing_account=args.all_accounts)]
+            return [
+                (account, o)
+                for o in _query(
+                    args.hub,
+                    account,
+                    target.kind,
+                    namespace=args.namespace,
+                    name=name,
+                    selector=args.selector,
+                    tolerate_missing_account=args.all_accounts,
+                )
+            ]
         except HubError as e:
             if e.reason != UNKNOWN_KIND:
                 raise
@@ -148,11 +168,17 @@ def _no_resources(args: argparse.Namespace) -> str:
     return "No resources found"
 
 
-def _printer(args: argparse.Namespace, group: str, kind: str, namespaced: bool, out: TextIO, *,
-             name_prefix: bool) -> TablePrinter:
-    return TablePrinter(table_columns(group, kind, wide=args.output == "wide"), out, account=args.all_accounts,
-                        namespace=args.namespace is None and namespaced, name_prefix=name_prefix,
-                        headers=not args.no_headers)
+def _printer(
+    args: argparse.Namespace, group: str, kind: str, namespaced: bool, out: TextIO, *, name_prefix: bool
+) -> TablePrinter:
+    return TablePrinter(
+        table_columns(group, kind, wide=args.output == "wide"),
+        out,
+        account=args.all_accounts,
+        namespace=args.namespace is None and namespaced,
+        name_prefix=name_prefix,
+        headers=not args.no_headers,
+    )
 
 
 def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -198,12 +224,18 @@ class _WatchState:
 
 
 def _object_key(account: str, obj: dict[str, Any]) -> tuple[str, str, str, str, str]:
-    return (account, group_of(obj), str(obj.get("kind", "")), str(meta(obj).get("namespace", "")),
-            str(meta(obj).get("name", "")))
+    return (
+        account,
+        group_of(obj),
+        str(obj.get("kind", "")),
+        str(meta(obj).get("namespace", "")),
+        str(meta(obj).get("name", "")),
+    )
 
 
-def _print_get(args: argparse.Namespace, rows_by_target: list[tuple[ResourceArg, list[Row]]],
-               out: TextIO, err: TextIO) -> _WatchState:
+def _print_get(
+    args: argparse.Namespace, rows_by_target: list[tuple[ResourceArg, list[Row]]], out: TextIO, err: TextIO
+) -> _WatchState:
     state = _WatchState()
     all_rows = [row for _, rows in rows_by_target for row in rows]
     for account, obj in all_rows:
@@ -261,8 +293,9 @@ def _open_watch(args: argparse.Namespace, kind: KindInfo) -> Any:
         params.append(("account", args.account))
     if args.namespace is not None and kind.namespaced is not False:
         params.append(("namespace", args.namespace))
-    return hub_api.open_stream(args.hub, "GET", "/api/v1/watch", params=params, timeout=WATCH_READ_TIMEOUT,
-                 accept="text/event-stream")
+    return hub_api.open_stream(
+        args.hub, "GET", "/api/v1/watch", params=params, timeout=WATCH_READ_TIMEOUT, accept="text/event-stream"
+    )
 
 
 def sse_events(lines: Iterable[bytes]) -> Iterator[tuple[str, str]]:
@@ -294,8 +327,12 @@ def _newer(rv: str, shown: str | None) -> bool:
     return rv != shown
 
 
-def watch_rows(events: Iterable[tuple[str, str]], target: ResourceArg, selector: Any,
-               versions: dict[tuple[str, str, str, str, str], str]) -> Iterator[tuple[str, dict[str, Any]]]:
+def watch_rows(
+    events: Iterable[tuple[str, str]],
+    target: ResourceArg,
+    selector: Any,
+    versions: dict[tuple[str, str, str, str, str], str],
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """The (account, object) rows `-w` prints: the changes that pass the filters the hub's watch
     does not apply (names, label selector, group), newer than what was already shown."""
     for event, data in events:
@@ -342,13 +379,20 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
                 out.flush()
             else:
                 if state.printer is None:
-                    state.printer = _printer(args, group_of(obj), str(obj.get("kind", "")),
-                                             bool(meta(obj).get("namespace")) or target.kind.namespaced is True,
-                                             out, name_prefix=False)
+                    state.printer = _printer(
+                        args,
+                        group_of(obj),
+                        str(obj.get("kind", "")),
+                        bool(meta(obj).get("namespace")) or target.kind.namespaced is True,
+                        out,
+                        name_prefix=False,
+                    )
                 state.printer.print_rows([(account, obj)])
-    except (socket.timeout, TimeoutError):
-        raise CliError(f"error: no news from the hub for {WATCH_READ_TIMEOUT:g}s (it sends a heartbeat every "
-                       f"15s): the watch is lost") from None
+    except TimeoutError:
+        raise CliError(
+            f"error: no news from the hub for {WATCH_READ_TIMEOUT:g}s (it sends a heartbeat every "
+            f"15s): the watch is lost"
+        ) from None
     except OSError as e:
         raise CliError(f"error: the watch was cut: {e}") from None
     raise CliError("error: the hub closed the watch")
@@ -400,10 +444,12 @@ def _delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         targets = []
         for obj in objects:
             kind = KNOWN_KINDS.get((group_of(obj), str(obj["kind"]))) or KindInfo(
-                str(obj["kind"]), group_of(obj), plural(str(obj["kind"]).lower()), None)
+                str(obj["kind"]), group_of(obj), plural(str(obj["kind"]).lower()), None
+            )
             targets.append(DeleteTarget(manifest_name(obj), _location(args, kind, meta(obj).get("namespace"))))
-        body = build_delete_operations(args.account, targets=targets, cascade=args.cascade,
-                                       grace_period=args.grace_period)
+        body = build_delete_operations(
+            args.account, targets=targets, cascade=args.cascade, grace_period=args.grace_period
+        )
     elif not args.resources:
         raise CliError("error: You must provide one or more resources by argument or filename.")
     else:
@@ -414,15 +460,25 @@ def _delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             body = []
             for r in resources:
                 location = _location(args, r.kind, None)
-                body += build_delete_operations(args.account, kind=r.kind, selector=args.selector, location=location,
-                                                cascade=args.cascade, grace_period=args.grace_period)
+                body += build_delete_operations(
+                    args.account,
+                    kind=r.kind,
+                    selector=args.selector,
+                    location=location,
+                    cascade=args.cascade,
+                    grace_period=args.grace_period,
+                )
         else:
             if not all(r.names for r in resources):
                 raise CliError("error: resource(s) were provided, but no name was specified")
-            targets = [DeleteTarget(f"{r.kind.token} {name}", _location(args, r.kind, None))
-                       for r in resources for name in r.names]
-            body = build_delete_operations(args.account, targets=targets, cascade=args.cascade,
-                                           grace_period=args.grace_period)
+            targets = [
+                DeleteTarget(f"{r.kind.token} {name}", _location(args, r.kind, None))
+                for r in resources
+                for name in r.names
+            ]
+            body = build_delete_operations(
+                args.account, targets=targets, cascade=args.cascade, grace_period=args.grace_period
+            )
     task = hub_api.run_task(args.hub, body, args.timeout)
     lines, not_found, error = delete_output(task)
     for line in lines:
@@ -467,16 +523,28 @@ def _non_negative(value: str) -> float:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register `get`, `apply` and `delete` on the `scale-agent` parser."""
     hub_option = argparse.ArgumentParser(add_help=False)
-    hub_option.add_argument("--hub", default=hub_api.default_hub(), metavar="URL",
-                            help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})")
+    hub_option.add_argument(
+        "--hub",
+        default=hub_api.default_hub(),
+        metavar="URL",
+        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})",
+    )
 
-    p = sub.add_parser("get", parents=[hub_option], usage="scale-agent get KIND[,KIND...] [NAME...] | KIND/NAME... "
-                       "(--account A | --all-accounts) [-n NS | -A] [-l SELECTOR] [-o yaml|json|wide|name] [-w]",
-                       help="show objects from the hub's cache, like kubectl get",
-                       description="Objects of one or all accounts, from the hub's real-time cache (docs/cli.md).")
-    p.add_argument("resources", nargs="*", metavar="KIND [NAME...]",
-                   help="a kind (deployment, deploy, Deployment.apps, pods, svc, ...), several separated by commas, "
-                        "then names; or KIND/NAME...")
+    p = sub.add_parser(
+        "get",
+        parents=[hub_option],
+        usage="scale-agent get KIND[,KIND...] [NAME...] | KIND/NAME... "
+        "(--account A | --all-accounts) [-n NS | -A] [-l SELECTOR] [-o yaml|json|wide|name] [-w]",
+        help="show objects from the hub's cache, like kubectl get",
+        description="Objects of one or all accounts, from the hub's real-time cache (docs/cli.md).",
+    )
+    p.add_argument(
+        "resources",
+        nargs="*",
+        metavar="KIND [NAME...]",
+        help="a kind (deployment, deploy, Deployment.apps, pods, svc, ...), several separated by commas, "
+        "then names; or KIND/NAME...",
+    )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--account", help="the account (cluster) to read")
     which.add_argument("--all-accounts", action="store_true", help="every account the hub knows (adds ACCOUNT)")
@@ -488,39 +556,81 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-headers", action="store_true", help="tables without their header line")
     p.set_defaults(func=_run(_get))
 
-    p = sub.add_parser("apply", parents=[hub_option], usage="scale-agent apply -f FILE [-f FILE...] --account A [-n NS] "
-                       "[--field-manager NAME] [--timeout SECONDS] [-o json|yaml]",
-                       help="apply manifests to an account through the hub (server-side)",
-                       description="Send manifests to an account's agent as one deployManifest operation and wait "
-                                   "for it (docs/cli.md).")
-    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
-                   help="YAML or JSON file, directory, or - for stdin (repeatable)")
+    p = sub.add_parser(
+        "apply",
+        parents=[hub_option],
+        usage="scale-agent apply -f FILE [-f FILE...] --account A [-n NS] "
+        "[--field-manager NAME] [--timeout SECONDS] [-o json|yaml]",
+        help="apply manifests to an account through the hub (server-side)",
+        description="Send manifests to an account's agent as one deployManifest operation and wait "
+        "for it (docs/cli.md).",
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="YAML or JSON file, directory, or - for stdin (repeatable)",
+    )
     p.add_argument("--account", required=True, help="the account (cluster) to apply to")
     p.add_argument("-n", "--namespace", help="namespace for manifests that do not name one")
-    p.add_argument("--field-manager", default="scale-agent", metavar="NAME",
-                   help="server-side apply field manager (default scale-agent)")
-    p.add_argument("--timeout", type=_non_negative, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                   help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument(
+        "--field-manager",
+        default="scale-agent",
+        metavar="NAME",
+        help="server-side apply field manager (default scale-agent)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_non_negative,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
+    )
     p.add_argument("-o", "--output", choices=["json", "yaml"], help="print the applied objects instead")
     p.set_defaults(func=_run(_apply))
 
-    p = sub.add_parser("delete", parents=[hub_option], usage="scale-agent delete (KIND NAME... | KIND/NAME... | -f FILE | "
-                       "KIND -l SELECTOR) --account A [-n NS] [--cascade background|foreground|orphan] "
-                       "[--grace-period N] [--timeout SECONDS]", help="delete objects of an account through the hub",
-                       description="Delete objects by kind and name, by file, or by label selector, as "
-                                   "deleteManifest operations (docs/cli.md).")
+    p = sub.add_parser(
+        "delete",
+        parents=[hub_option],
+        usage="scale-agent delete (KIND NAME... | KIND/NAME... | -f FILE | "
+        "KIND -l SELECTOR) --account A [-n NS] [--cascade background|foreground|orphan] "
+        "[--grace-period N] [--timeout SECONDS]",
+        help="delete objects of an account through the hub",
+        description="Delete objects by kind and name, by file, or by label selector, as "
+        "deleteManifest operations (docs/cli.md).",
+    )
     p.add_argument("resources", nargs="*", metavar="KIND [NAME...]", help="a kind and names, or KIND/NAME...")
-    p.add_argument("-f", "--filename", action="append", metavar="FILE",
-                   help="delete the objects this file describes (repeatable, - for stdin)")
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        help="delete the objects this file describes (repeatable, - for stdin)",
+    )
     p.add_argument("-l", "--selector", metavar="SELECTOR", help="delete every object of KIND matching this selector")
     p.add_argument("--account", required=True, help="the account (cluster) to delete from")
     p.add_argument("-n", "--namespace", help="namespace (default: the object's own, else default)")
-    p.add_argument("--cascade", choices=sorted(CASCADE), default="background",
-                   help="what happens to dependents (default background)")
-    p.add_argument("--grace-period", type=int, metavar="N",
-                   help="seconds for the objects to terminate (default: each object's own)")
-    p.add_argument("--timeout", type=_non_negative, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                   help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument(
+        "--cascade",
+        choices=sorted(CASCADE),
+        default="background",
+        help="what happens to dependents (default background)",
+    )
+    p.add_argument(
+        "--grace-period",
+        type=int,
+        metavar="N",
+        help="seconds for the objects to terminate (default: each object's own)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_non_negative,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
+    )
     p.set_defaults(func=_run(_delete))
 
 
@@ -533,4 +643,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
-

@@ -12,8 +12,19 @@ from typing import Any, TextIO
 from .errors import CliError
 from .kinds import KNOWN_KINDS, KindInfo, group_of, kind_token, manifest_name, meta, object_name, plural
 
-__all__ = ["CASCADE", "DeleteTarget", "apply_output", "build_delete_operations", "build_deploy_operation",
-           "check_namespaces", "delete_output", "load_manifests", "read_manifest_files", "task_error"]
+__all__ = [
+    "CASCADE",
+    "DeleteTarget",
+    "apply_output",
+    "build_delete_operations",
+    "build_deploy_operation",
+    "check_namespaces",
+    "delete_output",
+    "load_manifests",
+    "read_manifest_files",
+    "task_error",
+]
+
 
 def _yaml_loader() -> Any:
     """A safe loader that keeps timestamps as strings: objects go back out as JSON, as kubectl sends them."""
@@ -26,7 +37,8 @@ def _yaml_loader() -> Any:
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in base.yaml_implicit_resolvers.items()}
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
     return Loader
 
 
@@ -53,8 +65,10 @@ def load_manifests(text: str, source: str) -> list[dict[str, Any]]:
             continue
         where = f'"{source}"' + (f" (document {n})" if len(docs) > 1 else "")
         if not isinstance(doc, dict):
-            raise CliError(f"error: error validating {where}: not a Kubernetes object (a mapping with apiVersion "
-                           f"and kind), got {type(doc).__name__}")
+            raise CliError(
+                f"error: error validating {where}: not a Kubernetes object (a mapping with apiVersion "
+                f"and kind), got {type(doc).__name__}"
+            )
         kind = doc.get("kind")
         if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
             for i, item in enumerate(doc["items"]):
@@ -76,8 +90,7 @@ def _check_object(obj: Any, where: str) -> dict[str, Any]:
     return obj
 
 
-def read_manifest_files(paths: Sequence[str], stdin: TextIO | None = None, verb: str = "apply"
-                        ) -> list[dict[str, Any]]:
+def read_manifest_files(paths: Sequence[str], stdin: TextIO | None = None, verb: str = "apply") -> list[dict[str, Any]]:
     """Every object of every -f: files, `-` (stdin), or directories (their .yaml/.yml/.json files)."""
     objects: list[dict[str, Any]] = []
     for path in paths:
@@ -109,15 +122,18 @@ def check_namespaces(objects: Sequence[dict[str, Any]], namespace: str | None) -
     for obj in objects:
         own = meta(obj).get("namespace")
         if own and own != namespace:
-            raise CliError(f'error: the namespace from the provided object "{own}" does not match the namespace '
-                           f'"{namespace}". You must pass \'--namespace={own}\' to perform this operation.')
+            raise CliError(
+                f'error: the namespace from the provided object "{own}" does not match the namespace '
+                f"\"{namespace}\". You must pass '--namespace={own}' to perform this operation."
+            )
 
 
 # --- operations ----------------------------------------------------------------------------------
 
 
-def build_deploy_operation(account: str, manifests: Sequence[dict[str, Any]], *, namespace: str | None = None,
-                           field_manager: str | None = None) -> list[dict[str, Any]]:
+def build_deploy_operation(
+    account: str, manifests: Sequence[dict[str, Any]], *, namespace: str | None = None, field_manager: str | None = None
+) -> list[dict[str, Any]]:
     """The `POST /kubernetes/ops` body of `apply`: one deployManifest with every object, so the hub
     applies them as one task, in order, and reports what it applied if one fails."""
     description: dict[str, Any] = {"account": account, "manifests": list(manifests)}
@@ -146,18 +162,43 @@ class DeleteTarget:
     location: str
 
 
-def build_delete_operations(account: str, *, targets: Sequence[DeleteTarget] = (), kind: KindInfo | None = None,
-                            selector: str | None = None, location: str = "", cascade: str = "background",
-                            grace_period: int | None = None) -> list[dict[str, Any]]:
+def build_delete_operations(
+    account: str,
+    *,
+    targets: Sequence[DeleteTarget] = (),
+    kind: KindInfo | None = None,
+    selector: str | None = None,
+    location: str = "",
+    cascade: str = "background",
+    grace_period: int | None = None,
+) -> list[dict[str, Any]]:
     """The `POST /kubernetes/ops` body of `delete`: one deleteManifest per object, or one by selector."""
     options = _delete_options(cascade, grace_period)
     if selector is not None:
         if kind is None:
             raise CliError("error: a label selector needs a resource type")
-        return [{"deleteManifest": {"account": account, "kinds": [kind.token], "labelSelector": selector,
-                                    "location": location, "options": options}}]
-    return [{"deleteManifest": {"account": account, "manifestName": t.manifest_name, "location": t.location,
-                                "options": dict(options)}} for t in targets]
+        return [
+            {
+                "deleteManifest": {
+                    "account": account,
+                    "kinds": [kind.token],
+                    "labelSelector": selector,
+                    "location": location,
+                    "options": options,
+                }
+            }
+        ]
+    return [
+        {
+            "deleteManifest": {
+                "account": account,
+                "manifestName": t.manifest_name,
+                "location": t.location,
+                "options": dict(options),
+            }
+        }
+        for t in targets
+    ]
 
 
 def task_error(task: dict[str, Any]) -> str | None:
@@ -202,6 +243,8 @@ def delete_output(task: dict[str, Any]) -> tuple[list[str], list[str], str | Non
             kind, group = str(d.get("kind") or ""), group_of(d)
             known = KNOWN_KINDS.get((group, kind))
             resource = known.resource if known else plural(kind.lower())
-            not_found.append(f'Error from server (NotFound): {resource}{"." + group if group else ""} '
-                             f'"{d.get("name", "")}" not found')
+            not_found.append(
+                f"Error from server (NotFound): {resource}{'.' + group if group else ''} "
+                f'"{d.get("name", "")}" not found'
+            )
     return lines, not_found, task_error(task)

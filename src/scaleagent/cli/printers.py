@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ..kube.printing import human_duration, parse_time, pod_ready, service_ports, since
@@ -44,8 +44,10 @@ def _pod_status(o: dict[str, Any]) -> str:
         if term and term.get("exitCode") == 0:
             continue
         if term:
-            reason = "Init:" + (term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
-                                                         else f"ExitCode:{term.get('exitCode')}"))
+            reason = "Init:" + (
+                term.get("reason")
+                or (f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}")
+            )
         elif wait and wait.get("reason") and wait["reason"] != "PodInitializing":
             reason = "Init:" + wait["reason"]
         else:
@@ -59,8 +61,9 @@ def _pod_status(o: dict[str, Any]) -> str:
                 reason = state["waiting"]["reason"]
             elif state.get("terminated"):
                 term = state["terminated"]
-                reason = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal")
-                                                else f"ExitCode:{term.get('exitCode')}")
+                reason = term.get("reason") or (
+                    f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}"
+                )
             elif "running" in state and c.get("ready"):
                 running = True
         if reason == "Completed" and running:
@@ -78,8 +81,6 @@ def _pod_restarts(o: dict[str, Any], now: datetime) -> str:
         if finished and (last is None or finished > last):
             last = finished
     return f"{restarts} ({human_duration((now - last).total_seconds())} ago)" if restarts and last else str(restarts)
-
-
 
 
 def _readiness_gates(o: dict[str, Any]) -> str:
@@ -102,8 +103,6 @@ def _service_external_ip(o: dict[str, Any]) -> str:
         found = [x for x in ingress if x] + external
         return ",".join(found) if found else "<pending>"
     return ",".join(external) if external else "<none>"
-
-
 
 
 def _job_status(o: dict[str, Any]) -> str:
@@ -145,8 +144,14 @@ def _selector_text(selector: Any) -> str:
     parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
     for e in selector.get("matchExpressions") or []:
         op, values = e.get("operator", ""), ",".join(sorted(e.get("values") or []))
-        parts.append({"In": f"{e.get('key')} in ({values})", "NotIn": f"{e.get('key')} notin ({values})",
-                      "Exists": f"{e.get('key')}", "DoesNotExist": f"!{e.get('key')}"}.get(op, f"{e.get('key')} {op}"))
+        parts.append(
+            {
+                "In": f"{e.get('key')} in ({values})",
+                "NotIn": f"{e.get('key')} notin ({values})",
+                "Exists": f"{e.get('key')}",
+                "DoesNotExist": f"!{e.get('key')}",
+            }.get(op, f"{e.get('key')} {op}")
+        )
     return ",".join(parts) or "<none>"
 
 
@@ -168,83 +173,127 @@ Cell = Callable[[dict[str, Any], datetime], str]
 
 _NAME: tuple[str, Cell] = ("NAME", lambda o, now: str(meta(o).get("name", "")))
 _AGE: tuple[str, Cell] = ("AGE", _age)
-_WORKLOAD_WIDE: list[tuple[str, Cell]] = [("CONTAINERS", lambda o, now: _containers_col(o)),
-                                          ("IMAGES", lambda o, now: _images_col(o)),
-                                          ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector")))]
+_WORKLOAD_WIDE: list[tuple[str, Cell]] = [
+    ("CONTAINERS", lambda o, now: _containers_col(o)),
+    ("IMAGES", lambda o, now: _images_col(o)),
+    ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
+]
 
 # (group, Kind) -> (columns, extra columns of -o wide), as kubectl's printers (pkg/printers/internalversion).
 _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Cell]]]] = {
-    ("apps", "Deployment"): ([
-        _NAME,
-        ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
-        ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedReplicas")))),
-        ("AVAILABLE", lambda o, now: str(_int(_status(o).get("availableReplicas")))),
-        _AGE], _WORKLOAD_WIDE),
-    ("apps", "ReplicaSet"): ([
-        _NAME,
-        ("DESIRED", lambda o, now: str(_int(_spec(o).get("replicas", 1)))),
-        ("CURRENT", lambda o, now: str(_int(_status(o).get("replicas")))),
-        ("READY", lambda o, now: str(_int(_status(o).get("readyReplicas")))),
-        _AGE], _WORKLOAD_WIDE),
-    ("apps", "StatefulSet"): ([
-        _NAME,
-        ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
-        _AGE], _WORKLOAD_WIDE[:2]),
-    ("apps", "DaemonSet"): ([
-        _NAME,
-        ("DESIRED", lambda o, now: str(_int(_status(o).get("desiredNumberScheduled")))),
-        ("CURRENT", lambda o, now: str(_int(_status(o).get("currentNumberScheduled")))),
-        ("READY", lambda o, now: str(_int(_status(o).get("numberReady")))),
-        ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedNumberScheduled")))),
-        ("AVAILABLE", lambda o, now: str(_int(_status(o).get("numberAvailable")))),
-        ("NODE SELECTOR", lambda o, now: ",".join(
-            f"{k}={v}" for k, v in sorted(((_spec(o).get("template") or {}).get("spec") or {})
-                                          .get("nodeSelector", {}).items())) or "<none>"),
-        _AGE], _WORKLOAD_WIDE),
-    ("", "Pod"): ([
-        _NAME,
-        ("READY", lambda o, now: pod_ready(o)),
-        ("STATUS", lambda o, now: _pod_status(o)),
-        ("RESTARTS", _pod_restarts),
-        _AGE], [
-        ("IP", lambda o, now: _status(o).get("podIP") or "<none>"),
-        ("NODE", lambda o, now: _spec(o).get("nodeName") or "<none>"),
-        ("NOMINATED NODE", lambda o, now: _status(o).get("nominatedNodeName") or "<none>"),
-        ("READINESS GATES", lambda o, now: _readiness_gates(o)),
-    ]),
-    ("batch", "Job"): ([
-        _NAME,
-        ("STATUS", lambda o, now: _job_status(o)),
-        ("COMPLETIONS", lambda o, now: _job_completions(o)),
-        ("DURATION", _job_duration),
-        _AGE], [
-        ("CONTAINERS", lambda o, now: _containers_col(o)),
-        ("IMAGES", lambda o, now: _images_col(o)),
-        ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
-    ]),
-    ("", "Service"): ([
-        _NAME,
-        ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
-        ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
-        ("EXTERNAL-IP", lambda o, now: _service_external_ip(o)),
-        ("PORT(S)", lambda o, now: service_ports(o)),
-        _AGE], [
-        ("SELECTOR", lambda o, now: ",".join(f"{k}={v}" for k, v in sorted((_spec(o).get("selector") or {}).items()))
-         or "<none>"),
-    ]),
-    ("", "ConfigMap"): ([
-        _NAME,
-        ("DATA", lambda o, now: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))),
-        _AGE], []),
-    ("", "Secret"): ([
-        _NAME,
-        ("TYPE", lambda o, now: str(o.get("type") or "Opaque")),
-        # the hub holds Secrets as metadata only (docs/agent.md): their data is not counted
-        _AGE], []),
-    ("", "Namespace"): ([
-        _NAME,
-        ("STATUS", lambda o, now: _status(o).get("phase") or "Active"),
-        _AGE], []),
+    ("apps", "Deployment"): (
+        [
+            _NAME,
+            ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
+            ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedReplicas")))),
+            ("AVAILABLE", lambda o, now: str(_int(_status(o).get("availableReplicas")))),
+            _AGE,
+        ],
+        _WORKLOAD_WIDE,
+    ),
+    ("apps", "ReplicaSet"): (
+        [
+            _NAME,
+            ("DESIRED", lambda o, now: str(_int(_spec(o).get("replicas", 1)))),
+            ("CURRENT", lambda o, now: str(_int(_status(o).get("replicas")))),
+            ("READY", lambda o, now: str(_int(_status(o).get("readyReplicas")))),
+            _AGE,
+        ],
+        _WORKLOAD_WIDE,
+    ),
+    ("apps", "StatefulSet"): (
+        [
+            _NAME,
+            ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
+            _AGE,
+        ],
+        _WORKLOAD_WIDE[:2],
+    ),
+    ("apps", "DaemonSet"): (
+        [
+            _NAME,
+            ("DESIRED", lambda o, now: str(_int(_status(o).get("desiredNumberScheduled")))),
+            ("CURRENT", lambda o, now: str(_int(_status(o).get("currentNumberScheduled")))),
+            ("READY", lambda o, now: str(_int(_status(o).get("numberReady")))),
+            ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedNumberScheduled")))),
+            ("AVAILABLE", lambda o, now: str(_int(_status(o).get("numberAvailable")))),
+            (
+                "NODE SELECTOR",
+                lambda o, now: (
+                    ",".join(
+                        f"{k}={v}"
+                        for k, v in sorted(
+                            ((_spec(o).get("template") or {}).get("spec") or {}).get("nodeSelector", {}).items()
+                        )
+                    )
+                    or "<none>"
+                ),
+            ),
+            _AGE,
+        ],
+        _WORKLOAD_WIDE,
+    ),
+    ("", "Pod"): (
+        [
+            _NAME,
+            ("READY", lambda o, now: pod_ready(o)),
+            ("STATUS", lambda o, now: _pod_status(o)),
+            ("RESTARTS", _pod_restarts),
+            _AGE,
+        ],
+        [
+            ("IP", lambda o, now: _status(o).get("podIP") or "<none>"),
+            ("NODE", lambda o, now: _spec(o).get("nodeName") or "<none>"),
+            ("NOMINATED NODE", lambda o, now: _status(o).get("nominatedNodeName") or "<none>"),
+            ("READINESS GATES", lambda o, now: _readiness_gates(o)),
+        ],
+    ),
+    ("batch", "Job"): (
+        [
+            _NAME,
+            ("STATUS", lambda o, now: _job_status(o)),
+            ("COMPLETIONS", lambda o, now: _job_completions(o)),
+            ("DURATION", _job_duration),
+            _AGE,
+        ],
+        [
+            ("CONTAINERS", lambda o, now: _containers_col(o)),
+            ("IMAGES", lambda o, now: _images_col(o)),
+            ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
+        ],
+    ),
+    ("", "Service"): (
+        [
+            _NAME,
+            ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
+            ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
+            ("EXTERNAL-IP", lambda o, now: _service_external_ip(o)),
+            ("PORT(S)", lambda o, now: service_ports(o)),
+            _AGE,
+        ],
+        [
+            (
+                "SELECTOR",
+                lambda o, now: (
+                    ",".join(f"{k}={v}" for k, v in sorted((_spec(o).get("selector") or {}).items())) or "<none>"
+                ),
+            ),
+        ],
+    ),
+    ("", "ConfigMap"): (
+        [_NAME, ("DATA", lambda o, now: str(len(o.get("data") or {}) + len(o.get("binaryData") or {}))), _AGE],
+        [],
+    ),
+    ("", "Secret"): (
+        [
+            _NAME,
+            ("TYPE", lambda o, now: str(o.get("type") or "Opaque")),
+            # the hub holds Secrets as metadata only (docs/agent.md): their data is not counted
+            _AGE,
+        ],
+        [],
+    ),
+    ("", "Namespace"): ([_NAME, ("STATUS", lambda o, now: _status(o).get("phase") or "Active"), _AGE], []),
 }
 
 
@@ -264,8 +313,16 @@ class TablePrinter:
     MIN_WIDTH = 6
     PADDING = 3
 
-    def __init__(self, columns: Sequence[tuple[str, Cell]], out: TextIO, *, account: bool = False,
-                 namespace: bool = False, name_prefix: bool = False, headers: bool = True) -> None:
+    def __init__(
+        self,
+        columns: Sequence[tuple[str, Cell]],
+        out: TextIO,
+        *,
+        account: bool = False,
+        namespace: bool = False,
+        name_prefix: bool = False,
+        headers: bool = True,
+    ) -> None:
         self.columns = list(columns)
         self.out = out
         self.account = account
@@ -276,19 +333,25 @@ class TablePrinter:
         self.printed_header = False
 
     def header(self) -> list[str]:
-        return (["ACCOUNT"] if self.account else []) + (["NAMESPACE"] if self.namespace else []) + [
-            h for h, _ in self.columns]
+        return (
+            (["ACCOUNT"] if self.account else [])
+            + (["NAMESPACE"] if self.namespace else [])
+            + [h for h, _ in self.columns]
+        )
 
     def cells(self, account: str, obj: dict[str, Any], now: datetime) -> list[str]:
         values = [fn(obj, now) for _, fn in self.columns]
         if self.name_prefix and self.columns and self.columns[0] is _NAME:
             values[0] = object_name(obj)
-        return (([account] if self.account else []) + ([str(meta(obj).get("namespace", ""))] if self.namespace else [])
-                + values)
+        return (
+            ([account] if self.account else [])
+            + ([str(meta(obj).get("namespace", ""))] if self.namespace else [])
+            + values
+        )
 
     def print_rows(self, rows: Iterable[tuple[str, dict[str, Any]]], now: datetime | None = None) -> None:
         """Print these rows (and the header before the first ones), aligned with all printed so far."""
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         lines = [self.cells(account, obj, now) for account, obj in rows]
         if self.headers and not self.printed_header and lines:
             lines.insert(0, self.header())
@@ -316,8 +379,11 @@ def dump(doc: Any, fmt: str, out: TextIO) -> None:
     else:
         import yaml
 
-        out.write(yaml.dump(doc, Dumper=_yaml_dumper(), sort_keys=True, default_flow_style=False,
-                            allow_unicode=True, width=1 << 30))
+        out.write(
+            yaml.dump(
+                doc, Dumper=_yaml_dumper(), sort_keys=True, default_flow_style=False, allow_unicode=True, width=1 << 30
+            )
+        )
     out.flush()
 
 

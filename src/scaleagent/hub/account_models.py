@@ -84,8 +84,10 @@ def check_account_name(name: str) -> str:
     """`name` if it is a valid account name; ValueError saying the rule otherwise."""
     if not ACCOUNT_NAME.fullmatch(name):
         shown = name if len(name) <= 60 else name[:57] + "..."
-        raise ValueError(f"{shown!r} is not a valid account name: use 1-253 letters, digits, '-', '_' or '.', "
-                         "starting and ending with a letter or digit")
+        raise ValueError(
+            f"{shown!r} is not a valid account name: use 1-253 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
     return name
 
 
@@ -93,8 +95,10 @@ def _check_kinds(values: list[str] | None, *, need_group: bool) -> list[str] | N
     for value in values or ():
         kind, dot, group = value.partition(".")
         if not _KIND.fullmatch(kind) or (dot and not _GROUP.fullmatch(group)):
-            raise ValueError(f"{value!r} is not a kind: expected a singular kind such as 'Deployment', "
-                             "optionally with its API group ('Widget.example.com')")
+            raise ValueError(
+                f"{value!r} is not a kind: expected a singular kind such as 'Deployment', "
+                "optionally with its API group ('Widget.example.com')"
+            )
         if need_group and not dot:
             raise ValueError(f"{value!r} has no API group: custom resources are named 'Kind.group'")
     return values
@@ -105,12 +109,17 @@ class _AccountFields(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, hide_input_in_errors=True)
 
-    zoneId: str | None = Field(None, description="Only agents of this zone are sent the account; without one, "
-                                                 "the first connected agent that accepts it, whose zone is then "
-                                                 "recorded")
+    zoneId: str | None = Field(
+        None,
+        description="Only agents of this zone are sent the account; without one, "
+        "the first connected agent that accepts it, whose zone is then "
+        "recorded",
+    )
     kubeconfigFile: str | None = Field(
-        None, description="A path on the hub, or 'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>' (a Kubernetes "
-                          "Secret the hub reads). Without one, the agent uses its own service account")
+        None,
+        description="A path on the hub, or 'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>' (a Kubernetes "
+        "Secret the hub reads). Without one, the agent uses its own service account",
+    )
     context: str | None = Field(None, description="The kubeconfig context to use (default: its current context)")
     namespaces: list[str] | None = Field(None, description="Only these namespaces")
     omitNamespaces: list[str] | None = Field(None, description="Every namespace but these")
@@ -122,7 +131,9 @@ class _AccountFields(BaseModel):
     @field_validator("zoneId")
     @classmethod
     def _zone(cls, value: str | None) -> str | None:
-        if value is not None and (not value or len(value) > _MAX_ZONE or not value.isprintable() or value.strip() != value):
+        if value is not None and (
+            not value or len(value) > _MAX_ZONE or not value.isprintable() or value.strip() != value
+        ):
             raise ValueError(f"a zone id is 1-{_MAX_ZONE} printable characters without surrounding spaces")
         return value
 
@@ -148,8 +159,10 @@ class _AccountFields(BaseModel):
     def _namespaces(cls, values: list[str] | None) -> list[str] | None:
         for value in values or ():
             if not _DNS_LABEL.fullmatch(value):
-                raise ValueError(f"{value!r} is not a namespace name: use at most 63 lowercase letters, digits and "
-                                 "'-', starting and ending with a letter or digit")
+                raise ValueError(
+                    f"{value!r} is not a namespace name: use at most 63 lowercase letters, digits and "
+                    "'-', starting and ending with a letter or digit"
+                )
         return values
 
     @field_validator("kinds", "omitKinds")
@@ -190,7 +203,8 @@ class AccountChange(_AccountFields):
 
     name: str = Field(description="The account to change")
     state: Literal["ACTIVE", "INACTIVE"] | None = Field(
-        None, description="ACTIVE: migrate to an agent (again); INACTIVE: stop the agents following it")
+        None, description="ACTIVE: migrate to an agent (again); INACTIVE: stop the agents following it"
+    )
 
     @field_validator("name")
     @classmethod
@@ -206,8 +220,10 @@ def check_settings(fields: dict[str, Any]) -> None:
     if fields.get("kinds") and fields.get("omitKinds"):
         raise ValueError("kinds and omitKinds cannot be combined: give one list or the other")
     if fields.get("context") is not None and not fields.get("kubeconfigFile"):
-        raise ValueError("context only applies with a kubeconfigFile (without one, the agent uses its own service "
-                         "account, which has no contexts)")
+        raise ValueError(
+            "context only applies with a kubeconfigFile (without one, the agent uses its own service "
+            "account, which has no contexts)"
+        )
 
 
 _MESSAGES = {
@@ -280,7 +296,7 @@ def parse_accounts(body: Any, model: type[AccountIn] | type[AccountChange]) -> l
         name = item.get("name") if isinstance(item, dict) else None
         label = f"accounts[{i}]" + (f" ({name!r})" if isinstance(name, str) and len(name) <= 253 else "")
         if not isinstance(item, dict):
-            problems.append(f"{label}: expected an object such as {{\"name\": \"account-01\"}}, got {_json_kind(item)}")
+            problems.append(f'{label}: expected an object such as {{"name": "account-01"}}, got {_json_kind(item)}')
             continue
         try:
             account = model.model_validate(item, strict=True)
@@ -288,8 +304,10 @@ def parse_accounts(body: Any, model: type[AccountIn] | type[AccountChange]) -> l
             problems.extend(f"{label}: {_problem(err, item, fields)}" for err in e.errors())
             continue
         if account.name in first:
-            problems.append(f"{label}: the name {account.name!r} is also accounts[{first[account.name]}]: "
-                            "each account may appear once per request")
+            problems.append(
+                f"{label}: the name {account.name!r} is also accounts[{first[account.name]}]: "
+                "each account may appear once per request"
+            )
             continue
         first[account.name] = i
         accounts.append(account)
@@ -301,8 +319,11 @@ def parse_accounts(body: Any, model: type[AccountIn] | type[AccountChange]) -> l
 def parse_names(body: Any) -> list[str]:
     """Validate a DELETE body: a JSON list of account names, each once."""
     if not isinstance(body, list) or not body:
-        raise InvalidRequest(f"the body must be a non-empty JSON list of account names, got {_json_kind(body)}"
-                             if not isinstance(body, list) else "the body is an empty list: name at least one account")
+        raise InvalidRequest(
+            f"the body must be a non-empty JSON list of account names, got {_json_kind(body)}"
+            if not isinstance(body, list)
+            else "the body is an empty list: name at least one account"
+        )
     problems: list[str] = []
     seen: set[str] = set()
     for i, name in enumerate(body):
@@ -326,8 +347,10 @@ class AccountView(BaseModel):
     """An account as the API answers it: never a kubeconfig, only its reference."""
 
     name: str
-    state: str = Field(description="INACTIVE, ACTIVE, FAILED, ORPHANED, or in progress: TO_MIGRATE, ACTIVATING, "
-                                   "TO_DEACTIVATE, DEACTIVATING")
+    state: str = Field(
+        description="INACTIVE, ACTIVE, FAILED, ORPHANED, or in progress: TO_MIGRATE, ACTIVATING, "
+        "TO_DEACTIVATE, DEACTIVATING"
+    )
     zoneId: str | None = None
     kubeconfigFile: str | None = Field(None, description="The reference as given (never the content)")
     context: str | None = None
@@ -349,14 +372,21 @@ def account_view(row: AccountRow) -> dict[str, Any]:
     """The API's view of a stored account (see AccountView). Only the known settings of
     `properties` are shown, so that nothing else stored there can leak out."""
     view: dict[str, Any] = {
-        "name": row.name, "state": row.state, "zoneId": row.zone_id, "kubeconfigFile": row.kubeconfig_file,
+        "name": row.name,
+        "state": row.state,
+        "zoneId": row.zone_id,
+        "kubeconfigFile": row.kubeconfig_file,
     }
     for key in SETTINGS:
         if key in row.properties:
             view[key] = row.properties[key]
     view |= {
-        "errorMessage": row.error_message, "failedCount": row.failed_count, "agentId": row.agent_id or None,
-        "kubeHost": row.kube_host or None, "createdAt": _iso(row.created_at), "updatedAt": _iso(row.updated_at),
+        "errorMessage": row.error_message,
+        "failedCount": row.failed_count,
+        "agentId": row.agent_id or None,
+        "kubeHost": row.kube_host or None,
+        "createdAt": _iso(row.created_at),
+        "updatedAt": _iso(row.updated_at),
     }
     return view
 

@@ -25,7 +25,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from .account_models import AccountChange, AccountIn, AccountView, InvalidRequest, account_view, parse_accounts, parse_names
+from .account_models import (
+    AccountChange,
+    AccountIn,
+    AccountView,
+    InvalidRequest,
+    account_view,
+    parse_accounts,
+    parse_names,
+)
 from .accounts import AccountsService, Conflict, UnknownAccounts
 from .states import TransitionError
 from .store import StoreError
@@ -47,15 +55,31 @@ class ErrorBody(BaseModel):
 
 def _list_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The OpenAPI request body of a JSON list of `model` (documented, validated by hand)."""
-    schema = {"type": "array", "items": model.model_json_schema(), "example": [
-        {"name": "account-01"},
-        {"name": "account-02", "zoneId": "agent-1_namespace1",
-         "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"}]}
+    schema = {
+        "type": "array",
+        "items": model.model_json_schema(),
+        "example": [
+            {"name": "account-01"},
+            {
+                "name": "account-02",
+                "zoneId": "agent-1_namespace1",
+                "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker",
+            },
+        ],
+    }
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-_NAMES_BODY = {"requestBody": {"required": True, "content": {"application/json": {
-    "schema": {"type": "array", "items": {"type": "string"}, "example": ["account-01", "account-02"]}}}}}
+_NAMES_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"type": "array", "items": {"type": "string"}, "example": ["account-01", "account-02"]}
+            }
+        },
+    }
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
     404: {"model": ErrorBody, "description": "No such dynamic account; nothing was changed"},
@@ -100,68 +124,90 @@ def accounts_router(service: AccountsService) -> APIRouter:
     """The Dynamic Accounts routes, to `include_router` into the hub's app."""
     router = APIRouter(tags=["dynamic accounts"], responses=_ERRORS, route_class=HubRoute)
 
-    @router.post("/armory/accounts", status_code=201, response_model=list[AccountView],
-                 summary="Create accounts (stored INACTIVE)", openapi_extra=_list_schema(AccountIn),
-                 description="A list of accounts; only `name` is required. All are created, or none (an invalid "
-                             "account or an existing name refuses the whole request). Migrate them with PATCH.")
+    @router.post(
+        "/armory/accounts",
+        status_code=201,
+        response_model=list[AccountView],
+        summary="Create accounts (stored INACTIVE)",
+        openapi_extra=_list_schema(AccountIn),
+        description="A list of accounts; only `name` is required. All are created, or none (an invalid "
+        "account or an existing name refuses the whole request). Migrate them with PATCH.",
+    )
     async def create(request: Request) -> Response:
         async def work() -> list[dict[str, Any]]:
             accounts = parse_accounts(await read_json(request), AccountIn)
             return [account_view(row) for row in await service.create(accounts)]
+
         return await answer(201, work)
 
-    @router.patch("/armory/accounts", status_code=202, response_model=list[AccountView],
-                  summary="Migrate (state ACTIVE), deactivate (state INACTIVE) or change accounts",
-                  openapi_extra=_list_schema(AccountChange),
-                  description="Answers once the request is recorded (TO_MIGRATE, TO_DEACTIVATE); migration goes on "
-                              "in the background: GET the account until it is ACTIVE or FAILED. All changes are "
-                              "applied, or none.")
+    @router.patch(
+        "/armory/accounts",
+        status_code=202,
+        response_model=list[AccountView],
+        summary="Migrate (state ACTIVE), deactivate (state INACTIVE) or change accounts",
+        openapi_extra=_list_schema(AccountChange),
+        description="Answers once the request is recorded (TO_MIGRATE, TO_DEACTIVATE); migration goes on "
+        "in the background: GET the account until it is ACTIVE or FAILED. All changes are "
+        "applied, or none.",
+    )
     async def patch(request: Request) -> Response:
         async def work() -> list[dict[str, Any]]:
             changes = parse_accounts(await read_json(request), AccountChange)
             return [account_view(row) for row in await service.patch(changes)]
+
         return await answer(202, work)
 
     @router.get("/armory/accounts", response_model=list[AccountView], summary="List dynamic accounts")
     async def list_accounts(
         state: Annotated[list[str], Query(description="Only these states (repeat, or separate with commas)")] = [],  # noqa: B006
-        zoneId: Annotated[str | None, Query(description="Only this zone ('' = accounts without one)")] = None,  # noqa: N803
+        zoneId: Annotated[str | None, Query(description="Only this zone ('' = accounts without one)")] = None,
         name: Annotated[str | None, Query(description="A name, or a pattern with * and ?")] = None,
     ) -> Response:
         states = [s for value in state for s in value.split(",") if s]
 
         async def work() -> list[dict[str, Any]]:
             return [account_view(row) for row in await service.list_accounts(states=states, zone_id=zoneId, name=name)]
+
         return await answer(200, work)
 
     async def one(name: str) -> Response:
         async def work() -> dict[str, Any]:
             return account_view(await service.get(name))
+
         return await answer(200, work)
 
     @router.get("/armory/accounts/{accountName}", response_model=AccountView, summary="One dynamic account")
-    async def get_one(accountName: str) -> Response:  # noqa: N803
+    async def get_one(accountName: str) -> Response:
         return await one(accountName)
 
-    @router.get("/agents/kubernetes/accounts/{accountName}", response_model=AccountView,
-                summary="One dynamic account (the seeds' path for checking that it is ACTIVE)")
-    async def get_agent_account(accountName: str) -> Response:  # noqa: N803
+    @router.get(
+        "/agents/kubernetes/accounts/{accountName}",
+        response_model=AccountView,
+        summary="One dynamic account (the seeds' path for checking that it is ACTIVE)",
+    )
+    async def get_agent_account(accountName: str) -> Response:
         return await one(accountName)
 
-    @router.delete("/armory/accounts", response_model=DeleteResult, openapi_extra=_NAMES_BODY,
-                   summary="Delete accounts: their agents stop following them, then their rows go",
-                   description="A list of names; all must exist, or nothing is deleted.")
+    @router.delete(
+        "/armory/accounts",
+        response_model=DeleteResult,
+        openapi_extra=_NAMES_BODY,
+        summary="Delete accounts: their agents stop following them, then their rows go",
+        description="A list of names; all must exist, or nothing is deleted.",
+    )
     async def delete_many(request: Request) -> Response:
         async def work() -> dict[str, Any]:
             deleted, warnings = await service.delete(parse_names(await read_json(request)))
             return {"deleted": deleted, "warnings": warnings}
+
         return await answer(200, work)
 
     @router.delete("/armory/accounts/{accountName}", response_model=DeleteResult, summary="Delete one account")
-    async def delete_one(accountName: str) -> Response:  # noqa: N803
+    async def delete_one(accountName: str) -> Response:
         async def work() -> dict[str, Any]:
             deleted, warnings = await service.delete(parse_names([accountName]))
             return {"deleted": deleted, "warnings": warnings}
+
         return await answer(200, work)
 
     return router

@@ -51,8 +51,10 @@ class AgentInfo(BaseModel):
 
 class AccountInfo(BaseModel):
     name: str
-    state: str = Field(description="ACTIVE (an agent serves it), DISCONNECTED (its agent is gone; served from "
-                                   "cache during the grace period) or ORPHANED (grace period over; not cached)")
+    state: str = Field(
+        description="ACTIVE (an agent serves it), DISCONNECTED (its agent is gone; served from "
+        "cache during the grace period) or ORPHANED (grace period over; not cached)"
+    )
     agentState: str = Field(description="The agent's view: connecting, syncing, watching or error")
     reason: str | None = Field(None, description="Why, when agentState is error, or syncing again after a failure")
     apiHost: str
@@ -70,8 +72,11 @@ class AccountInfo(BaseModel):
 
 
 def create_app(hub: Hub) -> FastAPI:
-    app = FastAPI(title="Scale Agent hub", version=__version__,
-                  description="Connected agents, their accounts, and a real-time cache of every cluster's objects.")
+    app = FastAPI(
+        title="Scale Agent hub",
+        version=__version__,
+        description="Connected agents, their accounts, and a real-time cache of every cluster's objects.",
+    )
     app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
     registry, cache = hub.registry, hub.cache
     assert hub.accounts is not None, "the accounts service starts before the HTTP API"
@@ -95,17 +100,22 @@ def create_app(hub: Hub) -> FastAPI:
         wanted = kind.lower()
         if any(wanted in (k.lower(), k.partition(".")[0].lower()) for k in followed):
             return ""
-        return (f'the server doesn\'t have a resource type "{kind}": account {r.name!r} follows no kind of that name '
-                f"(Kind or Kind.group, as in its `kinds`: {', '.join(sorted(set(followed))[:12]) or 'none yet'}"
-                f"{', ...' if len(set(followed)) > 12 else ''})")
+        return (
+            f'the server doesn\'t have a resource type "{kind}": account {r.name!r} follows no kind of that name '
+            f"(Kind or Kind.group, as in its `kinds`: {', '.join(sorted(set(followed))[:12]) or 'none yet'}"
+            f"{', ...' if len(set(followed)) > 12 else ''})"
+        )
 
-    @app.get("/armory/agents", response_model=list[AgentInfo], tags=["agents"],
-             summary="Agents connected to this hub")
+    @app.get("/armory/agents", response_model=list[AgentInfo], tags=["agents"], summary="Agents connected to this hub")
     async def agents() -> list[dict[str, Any]]:
         return [s.info() for s in registry.sessions.values()]
 
-    @app.get("/api/v1/accounts", response_model=list[AccountInfo], tags=["accounts"],
-             summary="Accounts registered by agents, with their cluster's identity and cache counts")
+    @app.get(
+        "/api/v1/accounts",
+        response_model=list[AccountInfo],
+        tags=["accounts"],
+        summary="Accounts registered by agents, with their cluster's identity and cache counts",
+    )
     async def accounts() -> list[dict[str, Any]]:
         return [registry.account_info(r) for r in sorted(registry.accounts.values(), key=lambda r: r.name)]
 
@@ -113,18 +123,25 @@ def create_app(hub: Hub) -> FastAPI:
     async def account(account: str) -> dict[str, Any]:
         return registry.account_info(record(account))
 
-    @app.get("/api/v1/accounts/{account}/objects", tags=["objects"],
-             summary="Cached objects of an account, as a Kubernetes List",
-             responses={200: {"description": "`{apiVersion: v1, kind: List, items: [...]}`, each item the object's JSON"},
-                        400: {"description": "invalid labelSelector"},
-                        404: {"description": "unknown account, or a `kind` the account does not follow (`reason`: "
-                                             "`UnknownKind`; a followed kind with no objects is an empty list)"}})
+    @app.get(
+        "/api/v1/accounts/{account}/objects",
+        tags=["objects"],
+        summary="Cached objects of an account, as a Kubernetes List",
+        responses={
+            200: {"description": "`{apiVersion: v1, kind: List, items: [...]}`, each item the object's JSON"},
+            400: {"description": "invalid labelSelector"},
+            404: {
+                "description": "unknown account, or a `kind` the account does not follow (`reason`: "
+                "`UnknownKind`; a followed kind with no objects is an empty list)"
+            },
+        },
+    )
     async def objects(
         account: str,
         kind: Annotated[str | None, Query(description="Kind or Kind.group, case-insensitive")] = None,
         namespace: str | None = None,
         name: str | None = None,
-        labelSelector: Annotated[str | None, Query(description="Kubernetes label selector syntax")] = None,  # noqa: N803
+        labelSelector: Annotated[str | None, Query(description="Kubernetes label selector syntax")] = None,
         application: Annotated[str | None, Query(description="Spinnaker moniker application")] = None,
     ) -> Response:
         if kind is not None:
@@ -139,16 +156,22 @@ def create_app(hub: Hub) -> FastAPI:
                 selector = parse_label_selector(labelSelector)
             except SelectorError as e:
                 raise HTTPException(400, f"invalid labelSelector: {e}") from None
-        items = cache.query(account, kind=kind, namespace=namespace, name=name, label_selector=selector,
-                            application=application)
+        items = cache.query(
+            account, kind=kind, namespace=namespace, name=name, label_selector=selector, application=application
+        )
         body = b'{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":%s},"items":[%s]}' % (
-            orjson.dumps(cache.resource_version(account)), b",".join(items))
+            orjson.dumps(cache.resource_version(account)),
+            b",".join(items),
+        )
         return Response(body, media_type="application/json")
 
-    @app.get("/manifests/{account}/{location}/{name}", tags=["objects"],
-             summary="One object in Clouddriver's manifest shape",
-             description="`name` is `kind name`, e.g. `deployment my-app` (URL-encoded: `deployment%20my-app`); "
-                         "`location` is the namespace, or `_` for cluster-scoped objects.")
+    @app.get(
+        "/manifests/{account}/{location}/{name}",
+        tags=["objects"],
+        summary="One object in Clouddriver's manifest shape",
+        description="`name` is `kind name`, e.g. `deployment my-app` (URL-encoded: `deployment%20my-app`); "
+        "`location` is the namespace, or `_` for cluster-scoped objects.",
+    )
     async def manifest(account: str, location: str, name: str) -> Response:
         record(account)
         kind, _, object_name = name.partition(" ")
@@ -156,15 +179,22 @@ def create_app(hub: Hub) -> FastAPI:
             raise HTTPException(400, f"name {name!r} must be 'kind name', e.g. 'deployment my-app'")
         raw = cache.get(account, kind, "" if location == "_" else location, object_name)
         if raw is None:
-            raise HTTPException(404, f"{kind} {object_name!r} is not in the cache of account {account!r}"
-                                     + (f" in namespace {location!r}" if location != "_" else ""))
+            raise HTTPException(
+                404,
+                f"{kind} {object_name!r} is not in the cache of account {account!r}"
+                + (f" in namespace {location!r}" if location != "_" else ""),
+            )
         return Response(orjson.dumps(manifest_view(account, location, raw)), media_type="application/json")
 
-    @app.get("/api/v1/watch", tags=["objects"], summary="Changes across all accounts, as Server-Sent Events",
-             description="Each event is `event: ADDED|MODIFIED|DELETED` with `data:` a JSON document "
-                         "`{account, type, kind, group, namespace, name, resourceVersion, object}`. Filters take "
-                         "several values (repeat the parameter or separate with commas). A client that reads too "
-                         "slowly gets an `event: error` and the stream ends; reconnect and reread the objects.")
+    @app.get(
+        "/api/v1/watch",
+        tags=["objects"],
+        summary="Changes across all accounts, as Server-Sent Events",
+        description="Each event is `event: ADDED|MODIFIED|DELETED` with `data:` a JSON document "
+        "`{account, type, kind, group, namespace, name, resourceVersion, object}`. Filters take "
+        "several values (repeat the parameter or separate with commas). A client that reads too "
+        "slowly gets an `event: error` and the stream ends; reconnect and reread the objects.",
+    )
     async def watch(
         request: Request,
         account: Annotated[list[str], Query()] = [],  # noqa: B006 - FastAPI's way of declaring a list
@@ -172,13 +202,21 @@ def create_app(hub: Hub) -> FastAPI:
         namespace: Annotated[list[str], Query()] = [],  # noqa: B006
     ) -> StreamingResponse:
         subscription = cache.subscribe(accounts=_split(account), kinds=_split(kind), namespaces=_split(namespace))
-        return StreamingResponse(_sse(subscription, request), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _sse(subscription, request),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     @app.get("/health", tags=["health"], summary="Liveness, with a summary of sessions and the cache")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "replica": hub.replica, "agents": len(registry.sessions),
-                "accounts": len(registry.accounts), "cache": cache.stats()}
+        return {
+            "status": "ok",
+            "replica": hub.replica,
+            "agents": len(registry.sessions),
+            "accounts": len(registry.accounts),
+            "cache": cache.stats(),
+        }
 
     @app.get("/ready", tags=["health"], summary="Ready to serve (both ports listening)")
     async def ready() -> dict[str, bool]:
@@ -212,7 +250,7 @@ async def _sse(subscription: Any, request: Request) -> Any:
         while True:
             try:
                 change = await asyncio.wait_for(iterator.__anext__(), HEARTBEAT_SECONDS)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if await request.is_disconnected():
                     return
                 yield b": heartbeat\n\n"
@@ -222,8 +260,15 @@ async def _sse(subscription: Any, request: Request) -> Any:
             except SubscriptionOverflow as e:
                 yield b"event: error\ndata: " + orjson.dumps({"message": str(e)}) + b"\n\n"
                 return
-            doc = {"account": change.account, "type": change.type, "kind": change.kind, "group": change.group,
-                   "namespace": change.namespace, "name": change.name, "resourceVersion": change.resource_version}
+            doc = {
+                "account": change.account,
+                "type": change.type,
+                "kind": change.kind,
+                "group": change.group,
+                "namespace": change.namespace,
+                "name": change.name,
+                "resourceVersion": change.resource_version,
+            }
             if change.object:
                 doc["object"] = orjson.Fragment(change.object)
             yield b"event: " + change.type.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
@@ -245,19 +290,24 @@ class _Collector:
         yield states
         stats = cache.stats()
         yield GaugeMetricFamily("scale_agent_hub_cached_objects", "Objects in the cache", value=stats.get("objects", 0))
-        yield GaugeMetricFamily("scale_agent_hub_cached_bytes", "JSON bytes held by the cache",
-                                value=stats.get("bytes", 0))
+        yield GaugeMetricFamily(
+            "scale_agent_hub_cached_bytes", "JSON bytes held by the cache", value=stats.get("bytes", 0)
+        )
         events = CounterMetricFamily("scale_agent_hub_events", "Object events received", labels=["agent"])
         for s in registry.sessions.values():
             events.add_metric([s.agent_id], s.events)
         yield events
-        yield CounterMetricFamily("scale_agent_hub_refused_streams", "Agent streams refused (auth, protocol, input)",
-                                  value=self.hub.link.refused)
+        yield CounterMetricFamily(
+            "scale_agent_hub_refused_streams",
+            "Agent streams refused (auth, protocol, input)",
+            value=self.hub.link.refused,
+        )
         tasks = self.hub.tasks
         yield GaugeMetricFamily("scale_agent_hub_tasks_running", "Operation tasks running", value=tasks.running)
         ended = CounterMetricFamily("scale_agent_hub_tasks_ended", "Operation tasks ended", labels=["state"])
         for state, n in tasks.ended.items():
             ended.add_metric([state], n)
         yield ended
-        yield CounterMetricFamily("scale_agent_hub_operations_sent", "Operations sent to agents",
-                                  value=self.hub.operations.sent)
+        yield CounterMetricFamily(
+            "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.hub.operations.sent
+        )

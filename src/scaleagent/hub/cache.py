@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Union
+from typing import Any
 
 import orjson
 
@@ -60,8 +60,17 @@ class _Entry:
 
     __slots__ = ("namespace", "name", "rv", "obj", "labels", "app", "cluster", "gen")
 
-    def __init__(self, namespace: str, name: str, rv: str, obj: bytes, labels: tuple[str, ...],
-                 app: str | None, cluster: str | None, gen: int) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        rv: str,
+        obj: bytes,
+        labels: tuple[str, ...],
+        app: str | None,
+        cluster: str | None,
+        gen: int,
+    ) -> None:
         self.namespace = namespace
         self.name = name
         self.rv = rv
@@ -97,7 +106,7 @@ class _Members(list):
 
 # An index maps a value to the one entry that has it (most label values -- a pod-template-hash,
 # a pod's own name -- belong to very few objects), or to _Members when several do.
-_Slot = Union[_Entry, _Members]
+_Slot = _Entry | _Members
 
 
 def _slot_size(slot: Any) -> int:
@@ -142,8 +151,19 @@ def _indexed_pairs(labels: tuple[str, ...], app: str | None, cluster: str | None
 class _Kind:
     """Everything cached for one (group, kind) of one account, with that kind's index."""
 
-    __slots__ = ("group", "kind", "version", "label", "lower", "label_lower", "namespaces", "index", "count",
-                 "gen", "open")
+    __slots__ = (
+        "group",
+        "kind",
+        "version",
+        "label",
+        "lower",
+        "label_lower",
+        "namespaces",
+        "index",
+        "count",
+        "gen",
+        "open",
+    )
 
     def __init__(self, group: str, kind: str) -> None:
         self.group = _intern(group)
@@ -341,8 +361,14 @@ class Subscription:
     The reader must then re-read the cache and subscribe again.
     """
 
-    def __init__(self, cache: Cache, accounts: Collection[str], kinds: Collection[str],
-                 namespaces: Collection[str], max_queue: int) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        accounts: Collection[str],
+        kinds: Collection[str],
+        namespaces: Collection[str],
+        max_queue: int,
+    ) -> None:
         self._cache = cache
         self._accounts = frozenset(accounts)
         self._kinds = frozenset(k.lower() for k in kinds)
@@ -379,7 +405,8 @@ class Subscription:
         if len(self._queue) >= self._max_queue:
             self._error = SubscriptionOverflow(
                 f"subscription ended: the reader fell more than {self._max_queue} changes behind; "
-                "re-read the cache and subscribe again")
+                "re-read the cache and subscribe again"
+            )
             self.close()
             return
         self._queue.append(change)
@@ -472,7 +499,7 @@ class Cache:
                     acct.rv = rv
             except _Rejected as e:
                 self._reject(account, ev, str(e))
-            except Exception as e:  # noqa: BLE001 - a malformed event must not stop the batch
+            except Exception as e:
                 self._reject(account, ev, f"{type(e).__name__}: {e}")
 
     def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, ev: Any) -> None:
@@ -571,12 +598,16 @@ class Cache:
         self.rejected += 1
         try:
             label = f"{ev.kind}.{ev.group}" if ev.group else str(ev.kind)
-        except Exception:  # noqa: BLE001 - the event may not even have the attributes
+        except Exception:
             label = "?"
         if (account, label) not in self._warned:
             self._warned.add((account, label))
-            log.warning("account %s: skipped a %s event the cache cannot use (%s); later ones are only counted",
-                        account, label, why)
+            log.warning(
+                "account %s: skipped a %s event the cache cannot use (%s); later ones are only counted",
+                account,
+                label,
+                why,
+            )
 
     def drop_account(self, account: str) -> None:
         """Forget all of ``account``'s objects; subscribers see each one DELETED."""
@@ -592,8 +623,13 @@ class Cache:
         self._warned = {w for w in self._warned if w[0] != account}
         self._wake_account(account)
 
-    def retain(self, account: str, kinds: Collection[str], namespaces: Collection[str] = (),
-               omit_namespaces: Collection[str] = ()) -> int:
+    def retain(
+        self,
+        account: str,
+        kinds: Collection[str],
+        namespaces: Collection[str] = (),
+        omit_namespaces: Collection[str] = (),
+    ) -> int:
         """Drop what an agent no longer follows: kinds not in ``kinds`` (``Kind`` or ``Kind.group``
         labels), namespaced objects outside ``namespaces`` when it is given, and those inside
         ``omit_namespaces``.
@@ -660,9 +696,17 @@ class Cache:
                 return e.obj
         return None
 
-    def query(self, account: str, *, kind: str | None = None, namespace: str | None = None,
-              name: str | None = None, label_selector: LabelSelector | None = None,
-              application: str | None = None, cluster: str | None = None) -> list[bytes]:
+    def query(
+        self,
+        account: str,
+        *,
+        kind: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        label_selector: LabelSelector | None = None,
+        application: str | None = None,
+        cluster: str | None = None,
+    ) -> list[bytes]:
         """The JSON of ``account``'s objects that pass every given filter, by kind then namespace/name.
 
         ``kind`` is case-insensitive ``Kind`` or ``Kind.group``; a bare Kind served by several
@@ -681,7 +725,8 @@ class Cache:
         out: list[bytes] = []
         for k in sorted(acct.find(kind), key=lambda k: k.label):
             found = [
-                e for e in dict.fromkeys(_candidates(k, namespace, name, label_selector, application, cluster))
+                e
+                for e in dict.fromkeys(_candidates(k, namespace, name, label_selector, application, cluster))
                 if (namespace is None or e.namespace == namespace)
                 and (name is None or e.name == name)
                 and (application is None or e.app == application)
@@ -698,8 +743,9 @@ class Cache:
     def reached(self, account: str, expectation: Any, deleted_at: str | None = None) -> bool:
         """Whether the cache shows what an operation produced (a protobuf ``CacheExpectation`` or
         alike): the object at that resourceVersion or a later one, or, when it was deleted, no
-        object (or one with another uid: recreated since). ``deleted_at`` is the version of a deletion seen since waiting began: an object
-        that changed and went after the operation also counts as reached.
+        object (or one with another uid: recreated since). ``deleted_at`` is the version of a
+        deletion seen since waiting began: an object that changed and went after the operation
+        also counts as reached.
 
         Versions are compared as numbers when both are (etcd revisions, which every API server
         known uses), otherwise only for equality: Kubernetes calls them opaque.
@@ -734,11 +780,14 @@ class Cache:
                     break
                 try:
                     await asyncio.wait_for(waiter.event.wait(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 waiter.event.clear()
-                pending = [x for x in pending if not self.reached(
-                    account, x, waiter.deleted_at.get((x.group, x.kind, x.namespace, x.name)))]
+                pending = [
+                    x
+                    for x in pending
+                    if not self.reached(account, x, waiter.deleted_at.get((x.group, x.kind, x.namespace, x.name)))
+                ]
         finally:
             for key in keys:
                 waiters = self._waiters.get(key)
@@ -764,8 +813,14 @@ class Cache:
 
     # ---- subscriptions ---------------------------------------------------------------------------
 
-    def subscribe(self, *, accounts: Collection[str] = (), kinds: Collection[str] = (),
-                  namespaces: Collection[str] = (), max_queue: int = 10000) -> Subscription:
+    def subscribe(
+        self,
+        *,
+        accounts: Collection[str] = (),
+        kinds: Collection[str] = (),
+        namespaces: Collection[str] = (),
+        max_queue: int = 10000,
+    ) -> Subscription:
         """Follow the changes of the given accounts, kinds and namespaces (empty: all)."""
         sub = Subscription(self, accounts, kinds, namespaces, max_queue)
         self._subs = (*self._subs, sub)
@@ -774,14 +829,16 @@ class Cache:
     def _unsubscribe(self, sub: Subscription) -> None:
         self._subs = tuple(s for s in self._subs if s is not sub)
 
-    def _emit(self, account: str, kind: _Kind, type_: str, namespace: str, name: str, rv: str,
-              obj: bytes | None) -> None:
+    def _emit(
+        self, account: str, kind: _Kind, type_: str, namespace: str, name: str, rv: str, obj: bytes | None
+    ) -> None:
         change: Change | None = None
         for sub in self._subs:
             if sub._wants(account, kind, namespace):
                 if change is None:
-                    change = Change(account, type_, kind.group, kind.version, kind.kind, namespace, name, rv,
-                                    obj or None)
+                    change = Change(
+                        account, type_, kind.group, kind.version, kind.kind, namespace, name, rv, obj or None
+                    )
                 sub._push(change)
 
 
@@ -811,8 +868,14 @@ def version_at_least(have: str, want: str) -> bool:
     return False
 
 
-def _candidates(kind: _Kind, namespace: str | None, name: str | None, selector: LabelSelector | None,
-                application: str | None, cluster: str | None) -> Iterator[_Entry]:
+def _candidates(
+    kind: _Kind,
+    namespace: str | None,
+    name: str | None,
+    selector: LabelSelector | None,
+    application: str | None,
+    cluster: str | None,
+) -> Iterator[_Entry]:
     """Entries of ``kind`` that may pass the filters, from the smallest source the filters name.
 
     Every candidate is still checked against all the filters by the caller, and whether it is

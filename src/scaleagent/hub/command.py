@@ -13,8 +13,11 @@ log = logging.getLogger("scaleagent.hub")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hub", help="accept agents and serve the multi-cluster cache and API",
-                       description="Accept agent connections (gRPC) and serve the cache and REST API (HTTP).")
+    p = sub.add_parser(
+        "hub",
+        help="accept agents and serve the multi-cluster cache and API",
+        description="Accept agent connections (gRPC) and serve the cache and REST API (HTTP).",
+    )
     p.add_argument("--config", type=Path, metavar="FILE", help="hub configuration (YAML); defaults otherwise")
     p.add_argument("--grpc-port", type=int, metavar="PORT", help="gRPC port for agents (default 9091; 0 = any free)")
     p.add_argument("--http-port", type=int, metavar="PORT", help="HTTP API port (default 7002; 0 = any free)")
@@ -28,14 +31,15 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_hub_config(args.config).with_overrides(
-            grpc_port=args.grpc_port, http_port=args.http_port, database_url=args.db)
+            grpc_port=args.grpc_port, http_port=args.http_port, database_url=args.db
+        )
     except ConfigError as e:
         print(f"scale-agent hub: {e}", file=sys.stderr)
         return 2
     return asyncio.run(serve(config))
 
 
-async def serve(config) -> int:  # noqa: ANN001
+async def serve(config) -> int:
     from .service import Hub
     from .store import StoreError
 

@@ -187,8 +187,9 @@ class AuthConfig(ConfigModel):
         """Agents send it in an HTTP/2 header: a stray newline (from a YAML block) would only
         show up later as every agent being refused."""
         if not all("!" <= c <= "~" for c in value.get_secret_value()):
-            raise invalid("must be printable ASCII without spaces or line breaks (it is sent in a header); "
-                          "the value is not shown")
+            raise invalid(
+                "must be printable ASCII without spaces or line breaks (it is sent in a header); the value is not shown"
+            )
         return value
 
 
@@ -257,15 +258,18 @@ class KubernetesConfig(ConfigModel):
     @classmethod
     def _namespace(cls, value: str | None) -> str | None:
         if value is not None and not _DNS_LABEL.fullmatch(value):
-            raise invalid(f"{value!r} is not a namespace name: use at most 63 lowercase letters, digits and '-', "
-                          "starting and ending with a letter or digit")
+            raise invalid(
+                f"{value!r} is not a namespace name: use at most 63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
         return value
 
     @model_validator(mode="after")
     def _context_needs_file(self) -> KubernetesConfig:
         if self.context is not None and self.kubeconfig_file is None:
-            raise invalid("only applies with kubeconfigFile (the in-cluster service account has no contexts)",
-                          "context")
+            raise invalid(
+                "only applies with kubeconfigFile (the in-cluster service account has no contexts)", "context"
+            )
         return self
 
 

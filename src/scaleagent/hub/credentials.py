@@ -157,8 +157,16 @@ class _KubernetesDefinition(BaseModel):
         return value
 
 
-_ACCOUNT_KEYS = ("zoneId", "kubeconfigFile", "context", "namespaces", "omitNamespaces", "kinds", "omitKinds",
-                 "onlyNamespacedResources")
+_ACCOUNT_KEYS = (
+    "zoneId",
+    "kubeconfigFile",
+    "context",
+    "namespaces",
+    "omitNamespaces",
+    "kinds",
+    "omitKinds",
+    "onlyNamespacedResources",
+)
 """The definition's keys that carry over to the dynamic account under the same name."""
 
 
@@ -196,24 +204,28 @@ def parse_definition(body: Any) -> Definition:
     every problem, each naming the account and the field; values that may be secret are never
     repeated."""
     if not isinstance(body, dict):
-        raise InvalidRequest(f"the body must be a JSON object (one account definition with its \"type\"), got "
-                             f"{_json_kind(body)}")
+        raise InvalidRequest(
+            f'the body must be a JSON object (one account definition with its "type"), got {_json_kind(body)}'
+        )
     name = body.get("name")
     label = f"account {name!r}" if isinstance(name, str) and 0 < len(name) <= 253 else "the account"
     kind = body.get("type")
     if kind is None:
-        raise InvalidRequest(f"{label}: type: required: the account's type, \"{KUBERNETES}\"")
+        raise InvalidRequest(f'{label}: type: required: the account\'s type, "{KUBERNETES}"')
     if not isinstance(kind, str):
         raise InvalidRequest(f"{label}: type: expected a string, got {_json_kind(kind)}")
     if kind != KUBERNETES:
         shown = kind if len(kind) <= 60 else kind[:57] + "..."
-        raise InvalidRequest(f"{label}: type: {shown!r} accounts are not accepted here: the hub manages "
-                             f"{KUBERNETES!r} accounts only")
+        raise InvalidRequest(
+            f"{label}: type: {shown!r} accounts are not accepted here: the hub manages {KUBERNETES!r} accounts only"
+        )
     problems: list[str] = []
     if body.get("kubeconfigContents") not in (None, ""):
-        problems.append(f"{label}: kubeconfigContents: an inline kubeconfig is not accepted (the hub never stores "
-                        "credentials in plain text): put it in a Kubernetes Secret and give kubeconfigFile: "
-                        "'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>' (the value is not shown)")
+        problems.append(
+            f"{label}: kubeconfigContents: an inline kubeconfig is not accepted (the hub never stores "
+            "credentials in plain text): put it in a Kubernetes Secret and give kubeconfigFile: "
+            "'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>' (the value is not shown)"
+        )
     # Two stages, reported together: Clouddriver's types, then the dynamic account's rules on the
     # fields that passed the first (a field already reported is not reported twice).
     failed: set[Any] = {"kubeconfigContents"}
@@ -226,8 +238,10 @@ def parse_definition(body: Any) -> Definition:
             if err["loc"][:1] != ("kubeconfigContents",):
                 problems.append(f"{label}: {_describe(err, body, fields)}")
     if body.get("serviceAccount") is True and body.get("kubeconfigFile") and "kubeconfigFile" not in failed:
-        problems.append(f"{label}: serviceAccount: cannot be true when kubeconfigFile is also set: an account "
-                        "uses either a kubeconfig or the service account")
+        problems.append(
+            f"{label}: serviceAccount: cannot be true when kubeconfigFile is also set: an account "
+            "uses either a kubeconfig or the service account"
+        )
     account = _account_fields(body, failed)
     if "name" not in failed:
         try:
@@ -295,10 +309,15 @@ def summary_view(row: CredentialsRow) -> dict[str, Any]:
     identifying fields; `environment` and `accountType` default to the name, as Clouddriver's
     Kubernetes credentials do."""
     body = row.body
-    return {"name": row.name, "type": row.type, "cloudProvider": row.type,
-            "environment": body.get("environment") or row.name, "accountType": body.get("accountType") or row.name,
-            "requiredGroupMembership": body.get("requiredGroupMembership") or [],
-            "permissions": body.get("permissions") or {}}
+    return {
+        "name": row.name,
+        "type": row.type,
+        "cloudProvider": row.type,
+        "environment": body.get("environment") or row.name,
+        "accountType": body.get("accountType") or row.name,
+        "requiredGroupMembership": body.get("requiredGroupMembership") or [],
+        "permissions": body.get("permissions") or {},
+    }
 
 
 class DefinitionNotFound(UnknownAccounts):
@@ -333,10 +352,14 @@ class CredentialsService:
         after the start, so that agents have reconnected to take what it migrates."""
         if self.patterns:
             self._scan_task = asyncio.get_running_loop().create_task(self._scan_forever(), name="credentials scan")
-        log.info("Account Management (/credentials): interceptor %s; %s",
-                 "on" if self.intercepting else "off",
-                 f"definitions matching {', '.join(p.pattern for p in self.patterns)} are migrated every "
-                 f"{self.config.scan_frequency_seconds:g}s" if self.patterns else "no namePatterns: no scan")
+        log.info(
+            "Account Management (/credentials): interceptor %s; %s",
+            "on" if self.intercepting else "off",
+            f"definitions matching {', '.join(p.pattern for p in self.patterns)} are migrated every "
+            f"{self.config.scan_frequency_seconds:g}s"
+            if self.patterns
+            else "no namePatterns: no scan",
+        )
 
     async def stop(self) -> None:
         """Stop the scan loop (a scan cut short resumes at the next start: what it had not
@@ -364,8 +387,7 @@ class CredentialsService:
                 raise Conflict(f"account {name!r} already exists: choose another name")
             await self.accounts.create([definition.account_in()])  # Conflict if in kubesvc_accounts
             try:
-                row = await self.store.create_credentials(name, definition.type, definition.body,
-                                                          migrated_at=_now())
+                row = await self.store.create_credentials(name, definition.type, definition.body, migrated_at=_now())
             except CredentialsExist as e:  # another replica, meanwhile
                 await self._undo(name, definition=False)
                 raise Conflict(f"{e}: choose another name") from None
@@ -438,8 +460,9 @@ class CredentialsService:
             raise await self._not_found(name)
         return row
 
-    async def list_definitions(self, *, type: str | None = None, start: str | None = None,
-                               limit: int | None = None) -> list[CredentialsRow]:
+    async def list_definitions(
+        self, *, type: str | None = None, start: str | None = None, limit: int | None = None
+    ) -> list[CredentialsRow]:
         """Stored definitions ordered by name (see `Store.list_credentials`)."""
         return await self.store.list_credentials(type=type, start=start, limit=limit)
 
@@ -453,8 +476,11 @@ class CredentialsService:
         warning (once per version of it); a store failure raises StoreError."""
         if not self.patterns:
             return []
-        rows = [r for r in await self.store.list_credentials(type=KUBERNETES)
-                if r.migrated_at is None and any(p.fullmatch(r.name) for p in self.patterns)]
+        rows = [
+            r
+            for r in await self.store.list_credentials(type=KUBERNETES)
+            if r.migrated_at is None and any(p.fullmatch(r.name) for p in self.patterns)
+        ]
         if not rows:
             return []
         taken = {a.name for a in await self.store.list_accounts(names=[r.name for r in rows])}
@@ -477,8 +503,12 @@ class CredentialsService:
         except InvalidRequest as e:
             if self._warned.get(row.name) != row.updated_at:
                 self._warned[row.name] = row.updated_at
-                log.warning("namePatterns scan: definition %s cannot become a dynamic account: %s; fix it with "
-                            "PUT /credentials", row.name, e)
+                log.warning(
+                    "namePatterns scan: definition %s cannot become a dynamic account: %s; fix it with "
+                    "PUT /credentials",
+                    row.name,
+                    e,
+                )
             return False
         if not await self.store.claim_credentials(row.name):
             return False  # another replica, or a request, got there first
@@ -502,8 +532,12 @@ class CredentialsService:
         except (Conflict, UnknownAccounts, InvalidRequest):
             pass
         except StoreError as e:
-            log.error("namePatterns scan: %s created but not migrated (%s); migrate them with PATCH /armory/accounts "
-                      "(state ACTIVE)", ", ".join(names), e)
+            log.error(
+                "namePatterns scan: %s created but not migrated (%s); migrate them with PATCH /armory/accounts "
+                "(state ACTIVE)",
+                ", ".join(names),
+                e,
+            )
             raise
         for name in names:
             try:
@@ -520,7 +554,7 @@ class CredentialsService:
                 await self.scan_once()
             except StoreError as e:
                 log.error("namePatterns scan: %s", e)
-            except Exception:  # noqa: BLE001 - the loop must outlive one bad scan, and say why
+            except Exception:
                 log.exception("namePatterns scan failed; trying again in %gs", self.config.scan_frequency_seconds)
 
     # --- helpers -------------------------------------------------------------------------------

@@ -48,14 +48,30 @@ class CredentialsDeleted(BaseModel):
     warnings: list[str] = Field(description="Agents that did not confirm they stopped following the account")
 
 
-_DEFINITION_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "required": ["type", "name"],
-    "description": "A Clouddriver Kubernetes account definition (KubernetesAccountProperties.ManagedAccount); only "
-                   "type 'kubernetes' is accepted, and kubeconfigContents is refused (use kubeconfigFile with an "
-                   "encryptedFile: reference)",
-    "example": {"type": "kubernetes", "name": "prod-east",
-                "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker",
-                "namespaces": ["web"], "onlySpinnakerManaged": True}}}}}}
+_DEFINITION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["type", "name"],
+                    "description": "A Clouddriver Kubernetes account definition "
+                    "(KubernetesAccountProperties.ManagedAccount); only "
+                    "type 'kubernetes' is accepted, and kubeconfigContents is refused (use kubeconfigFile with an "
+                    "encryptedFile: reference)",
+                    "example": {
+                        "type": "kubernetes",
+                        "name": "prod-east",
+                        "kubeconfigFile": "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker",
+                        "namespaces": ["web"],
+                        "onlySpinnakerManaged": True,
+                    },
+                }
+            }
+        },
+    }
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
     404: {"model": ErrorBody, "description": "No such account; nothing was changed"},
@@ -67,7 +83,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def _object(request: Request) -> Any:
     """The request body as JSON, or InvalidRequest saying why not (without echoing it)."""
-    return await read_json(request, "the body is empty: send one account definition, a JSON object with its \"type\"")
+    return await read_json(request, 'the body is empty: send one account definition, a JSON object with its "type"')
 
 
 def _flag(name: str, value: str | None) -> bool:
@@ -82,58 +98,75 @@ def credentials_router(service: CredentialsService) -> APIRouter:
     """The Account Management routes, to `include_router` into the hub's app."""
     router = APIRouter(tags=["account management (Clouddriver)"], responses=_ERRORS, route_class=HubRoute)
 
-    @router.get("/credentials", summary="List stored account definitions",
-                description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
-                            "accountType, requiredGroupMembership, permissions. With `expand=true`, whole.")
+    @router.get(
+        "/credentials",
+        summary="List stored account definitions",
+        description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
+        "accountType, requiredGroupMembership, permissions. With `expand=true`, whole.",
+    )
     async def list_all(
         expand: Annotated[str | None, Query(description="true: whole definitions")] = None,
     ) -> Response:
         async def work() -> list[dict[str, Any]]:
             view = definition_view if _flag("expand", expand) else summary_view
             return [view(row) for row in await service.list_definitions()]
+
         return await answer(200, work)
 
     @router.get("/credentials/type/{accountType}", summary="Definitions of one type, by name, a page at a time")
     async def list_type(
-        accountType: str,  # noqa: N803 - Clouddriver's name
+        accountType: str,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many")] = DEFAULT_LIMIT,
-        startingAccountName: Annotated[str | None, Query(description="From this name on (inclusive)")] = None,  # noqa: N803
+        startingAccountName: Annotated[str | None, Query(description="From this name on (inclusive)")] = None,
     ) -> Response:
         async def work() -> list[dict[str, Any]]:
-            rows = await service.list_definitions(type=accountType, start=startingAccountName,
-                                                  limit=limit)
+            rows = await service.list_definitions(type=accountType, start=startingAccountName, limit=limit)
             return [definition_view(row) for row in rows]
+
         return await answer(200, work)
 
     @router.get("/credentials/{accountName}", summary="One stored account definition")
-    async def get_one(accountName: str) -> Response:  # noqa: N803
+    async def get_one(accountName: str) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.get(accountName))
+
         return await answer(200, work)
 
-    @router.post("/credentials", summary="Create an account (with the interceptor on: a dynamic account, migrated)",
-                 openapi_extra=_DEFINITION_BODY,
-                 description=f"One definition; only type {KUBERNETES!r}. Answers the definition as stored.")
+    @router.post(
+        "/credentials",
+        summary="Create an account (with the interceptor on: a dynamic account, migrated)",
+        openapi_extra=_DEFINITION_BODY,
+        description=f"One definition; only type {KUBERNETES!r}. Answers the definition as stored.",
+    )
     async def create(request: Request) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.create(await _object(request)))
+
         return await answer(200, work)
 
-    @router.put("/credentials", summary="Replace an account (with the interceptor on: its dynamic account too)",
-                openapi_extra=_DEFINITION_BODY,
-                description="The whole definition: settings it leaves out are cleared. With the interceptor on, "
-                            "a dynamic account by that name is changed and its agents sent the new settings.")
+    @router.put(
+        "/credentials",
+        summary="Replace an account (with the interceptor on: its dynamic account too)",
+        openapi_extra=_DEFINITION_BODY,
+        description="The whole definition: settings it leaves out are cleared. With the interceptor on, "
+        "a dynamic account by that name is changed and its agents sent the new settings.",
+    )
     async def update(request: Request) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.update(await _object(request)))
+
         return await answer(200, work)
 
-    @router.delete("/credentials/{accountName}", response_model=CredentialsDeleted,
-                   summary="Delete an account (with the interceptor on: its dynamic account too, agents told first)")
-    async def delete_one(accountName: str) -> Response:  # noqa: N803
+    @router.delete(
+        "/credentials/{accountName}",
+        response_model=CredentialsDeleted,
+        summary="Delete an account (with the interceptor on: its dynamic account too, agents told first)",
+    )
+    async def delete_one(accountName: str) -> Response:
         async def work() -> dict[str, Any]:
             deleted, warnings, dynamic = await service.delete(accountName)
             return {"deleted": deleted, "dynamicAccount": dynamic, "warnings": warnings}
+
         return await answer(200, work)
 
     return router

@@ -74,25 +74,31 @@ class AccountDispatcher:
     def sessions(self, zone_id: str | None = None) -> list[Session]:
         """Sessions on this replica that may be sent dynamic accounts, oldest first; with a zone,
         only that zone's ("" is the agents without a zone)."""
-        found = [s for s in self.registry.sessions.values()
-                 if s.dynamic_accounts_enabled and s.control is not None and (zone_id is None or s.zone_id == zone_id)]
+        found = [
+            s
+            for s in self.registry.sessions.values()
+            if s.dynamic_accounts_enabled and s.control is not None and (zone_id is None or s.zone_id == zone_id)
+        ]
         return sorted(found, key=lambda s: s.connected_at)
 
-    async def add(self, session: Session, accounts: list[DynamicAccountSpec],
-                  timeout: float = DEFAULT_TIMEOUT) -> dict[str, tuple[bool, str]]:
+    async def add(
+        self, session: Session, accounts: list[DynamicAccountSpec], timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, tuple[bool, str]]:
         """Ask the session's agent to follow these accounts (or to start them over with these
         settings); {name: (accepted, reason)}. Accepted means started, not yet watching."""
         names = _unique([a.name for a in accounts], "add")
         if not accounts:
             return {}
         request_id = uuid.uuid4().hex
-        message = pb.CachingControl(add_accounts=pb.AddAccounts(
-            request_id=request_id, accounts=[_dynamic_account(a) for a in accounts]))
+        message = pb.CachingControl(
+            add_accounts=pb.AddAccounts(request_id=request_id, accounts=[_dynamic_account(a) for a in accounts])
+        )
         log.info("asking agent %s to add account(s) %s (request %s)", session.agent_id, ", ".join(names), request_id)
         return await self._request(session, request_id, names, message, timeout)
 
-    async def delete(self, session: Session, names: list[str],
-                     timeout: float = DEFAULT_TIMEOUT) -> dict[str, tuple[bool, str]]:
+    async def delete(
+        self, session: Session, names: list[str], timeout: float = DEFAULT_TIMEOUT
+    ) -> dict[str, tuple[bool, str]]:
         """Ask the session's agent to stop following these accounts; {name: (accepted, reason)}.
         The agent accepts names it does not follow (reason "not followed"); it refuses accounts
         of its own configuration file."""
@@ -101,20 +107,25 @@ class AccountDispatcher:
             return {}
         request_id = uuid.uuid4().hex
         message = pb.CachingControl(delete_accounts=pb.DeleteAccounts(request_id=request_id, names=names))
-        log.info("asking agent %s to delete account(s) %s (request %s)", session.agent_id, ", ".join(names),
-                 request_id)
+        log.info("asking agent %s to delete account(s) %s (request %s)", session.agent_id, ", ".join(names), request_id)
         return await self._request(session, request_id, names, message, timeout)
 
     def answer(self, session: Session, answer: pb.AccountsAnswer) -> None:
         """An AccountsAnswer arrived on `session`'s stream (called by the gRPC service)."""
         pending = self._pending.get(answer.request_id)
         if pending is None:
-            log.info("agent %s answered request %s, which is no longer awaited (timed out?)", session.agent_id,
-                     answer.request_id or "(no id)")
+            log.info(
+                "agent %s answered request %s, which is no longer awaited (timed out?)",
+                session.agent_id,
+                answer.request_id or "(no id)",
+            )
             return
         if pending.session_id != session.id:
-            log.warning("agent %s answered request %s, which was sent to another session; ignored",
-                        session.agent_id, answer.request_id)
+            log.warning(
+                "agent %s answered request %s, which was sent to another session; ignored",
+                session.agent_id,
+                answer.request_id,
+            )
             return
         del self._pending[answer.request_id]
         given = {a.name: (a.accepted, a.reason) for a in answer.answers}
@@ -138,8 +149,9 @@ class AccountDispatcher:
         if what == "closed" and session is not None:
             self.closed(session)
 
-    async def _request(self, session: Session, request_id: str, names: list[str], message: pb.CachingControl,
-                       timeout: float) -> dict[str, tuple[bool, str]]:
+    async def _request(
+        self, session: Session, request_id: str, names: list[str], message: pb.CachingControl, timeout: float
+    ) -> dict[str, tuple[bool, str]]:
         if self.registry.sessions.get(session.id) is not session or session.control is None:
             reason = f"agent {session.agent_id} is not connected to this hub (session {session.id} ended)"
             return {name: (False, reason) for name in names}
@@ -149,7 +161,7 @@ class AccountDispatcher:
         session.control(message)
         try:
             return await asyncio.wait_for(future, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             reason = f"agent {session.agent_id} did not answer within {timeout:g}s"
             log.warning("request %s: %s", request_id, reason)
             return {name: (False, reason) for name in names}
@@ -173,5 +185,6 @@ def _dynamic_account(spec: DynamicAccountSpec) -> pb.DynamicAccount:
     except (TypeError, ValueError) as e:
         raise ValueError(f"account {spec.name!r}: properties cannot be sent: {e}") from None
     encoded = base64.b64encode(spec.kubeconfig).decode("ascii") if spec.kubeconfig else ""
-    return pb.DynamicAccount(name=spec.name, kubeconfig_base64=encoded, context=spec.context or "",
-                             properties=properties)
+    return pb.DynamicAccount(
+        name=spec.name, kubeconfig_base64=encoded, context=spec.context or "", properties=properties
+    )

@@ -90,19 +90,21 @@ def parse_reference(reference: str) -> FileRef | SecretRef:
     prefix = next((p for p in _PREFIXES if reference.startswith(p)), None)
     if prefix is None:
         return FileRef(Path(reference).expanduser())
-    body = reference[len(prefix):]
+    body = reference[len(prefix) :]
     engine, _, rest = body.partition("!")
     if engine != "k8s":
         raise KubeconfigRefError(
             f"{reference!r}: the secret engine {engine!r} is not supported; the hub reads Kubernetes Secrets: "
-            "'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>'")
+            "'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>'"
+        )
     found: dict[str, str] = {}
     for part in filter(None, rest.split("!")):
         param, colon, value = part.partition(":")
         if not colon or param not in _PARAMS:
             raise KubeconfigRefError(
                 f"{reference!r}: {part!r} is not a parameter; use n:<secret name>, k:<key> and optionally "
-                "ns:<namespace>, separated by '!'")
+                "ns:<namespace>, separated by '!'"
+            )
         if param in found:
             raise KubeconfigRefError(f"{reference!r}: {param}: is given twice")
         if not value:
@@ -113,8 +115,10 @@ def parse_reference(reference: str) -> FileRef | SecretRef:
             raise KubeconfigRefError(f"{reference!r}: the {_PARAMS[param]} is missing ({param}:<{_PARAMS[param]}>)")
     name, key, namespace = found["n"], found["k"], found.get("ns")
     if not _is_subdomain(name):
-        raise KubeconfigRefError(f"{reference!r}: {name!r} is not a Secret name (lowercase letters, digits, '-' "
-                                 "and '.', at most 253 characters)")
+        raise KubeconfigRefError(
+            f"{reference!r}: {name!r} is not a Secret name (lowercase letters, digits, '-' "
+            "and '.', at most 253 characters)"
+        )
     if len(key) > 253 or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in key):
         raise KubeconfigRefError(f"{reference!r}: {key!r} is not a Secret key (letters, digits, '-', '_' and '.')")
     if namespace is not None and not _is_label(namespace):
@@ -128,12 +132,15 @@ def check_kubeconfig(content: bytes, origin: str, context: str | None = None) ->
     makes a wrong key or file fail at once, with a message that names where it came from.
     Messages give positions, never text: YAML errors quote the offending line otherwise."""
     if len(content) > MAX_KUBECONFIG_BYTES:
-        raise KubeconfigRefError(f"{origin}: {len(content)} bytes is larger than a kubeconfig can be here "
-                                 f"({MAX_KUBECONFIG_BYTES} bytes)")
+        raise KubeconfigRefError(
+            f"{origin}: {len(content)} bytes is larger than a kubeconfig can be here ({MAX_KUBECONFIG_BYTES} bytes)"
+        )
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise KubeconfigRefError(f"{origin}: not a kubeconfig: not UTF-8 text (invalid byte at offset {e.start})") from None
+        raise KubeconfigRefError(
+            f"{origin}: not a kubeconfig: not UTF-8 text (invalid byte at offset {e.start})"
+        ) from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -145,8 +152,9 @@ def check_kubeconfig(content: bytes, origin: str, context: str | None = None) ->
     if context is not None:
         names = [c.get("name") for c in doc.get("contexts") or [] if isinstance(c, dict)]
         if context not in names:
-            raise KubeconfigRefError(f"{origin}: the kubeconfig has no context {context!r} "
-                                     f"(it has {', '.join(map(repr, names)) or 'none'})")
+            raise KubeconfigRefError(
+                f"{origin}: the kubeconfig has no context {context!r} (it has {', '.join(map(repr, names)) or 'none'})"
+            )
 
 
 class KubeconfigResolver:
@@ -155,8 +163,14 @@ class KubeconfigResolver:
     The Kubernetes client is made at the first Secret reference and kept (credentials with
     token rotation refresh themselves); `close()` ends it."""
 
-    def __init__(self, *, kubeconfig_file: Path | None = None, context: str | None = None,
-                 namespace: str | None = None, service_account_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        kubeconfig_file: Path | None = None,
+        context: str | None = None,
+        namespace: str | None = None,
+        service_account_dir: Path | None = None,
+    ) -> None:
         """`kubeconfig_file`/`context`: the hub's own credentials (hub config `kubernetes`);
         without a file, the in-cluster service account (from `service_account_dir`, by default
         the standard mount). `namespace`: for references without `!ns:`."""
@@ -170,8 +184,9 @@ class KubeconfigResolver:
     @classmethod
     def from_config(cls, kubernetes: Any) -> KubeconfigResolver:
         """From the hub config's `kubernetes` section (a `KubernetesConfig`)."""
-        return cls(kubeconfig_file=kubernetes.kubeconfig_file, context=kubernetes.context,
-                   namespace=kubernetes.namespace)
+        return cls(
+            kubeconfig_file=kubernetes.kubeconfig_file, context=kubernetes.context, namespace=kubernetes.namespace
+        )
 
     async def close(self) -> None:
         if self._client is not None:
@@ -200,7 +215,8 @@ class KubeconfigResolver:
         if namespace is None:
             raise KubeconfigRefError(
                 f"{ref}: no namespace: add '!ns:<namespace>' to the reference, or set kubernetes.namespace in the hub "
-                "configuration")
+                "configuration"
+            )
         where = f"secret {namespace}/{ref.name}"
         client = await self._kube()
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/secrets/{quote(ref.name, safe='')}"
@@ -212,7 +228,8 @@ class KubeconfigResolver:
             if e.status in (401, 403):
                 raise KubeconfigRefError(
                     f"{where}: the hub may not read it ({e.status} {e.reason}); its Kubernetes credentials "
-                    f"({client.credentials.source}) need 'get' on secrets in namespace {namespace}") from None
+                    f"({client.credentials.source}) need 'get' on secrets in namespace {namespace}"
+                ) from None
             raise KubeconfigRefError(f"{where}: the Kubernetes API answered {e.status} {e.reason}") from None
         except ConnectionFailed as e:
             raise KubeconfigRefError(f"{where}: cannot reach the hub's cluster: {e}") from None
@@ -233,11 +250,15 @@ class KubeconfigResolver:
                     if self._kubeconfig_file is not None:
                         credentials = await load_credentials(kubeconfig=self._kubeconfig_file, context=self._context)
                     else:
-                        credentials = await load_credentials(in_cluster=True,
-                                                             service_account_dir=self._service_account_dir)
+                        credentials = await load_credentials(
+                            in_cluster=True, service_account_dir=self._service_account_dir
+                        )
                 except CredentialsError as e:
-                    hint = "" if self._kubeconfig_file else (
-                        "; outside a cluster, give the hub a kubeconfig in kubernetes.kubeconfigFile")
+                    hint = (
+                        ""
+                        if self._kubeconfig_file
+                        else ("; outside a cluster, give the hub a kubeconfig in kubernetes.kubeconfigFile")
+                    )
                     raise KubeconfigRefError(f"the hub has no Kubernetes access to read Secrets: {e}{hint}") from None
                 self._client = KubeClient(credentials, timeout=15.0)
                 log.info("kubeconfig references: reading Secrets from %s (%s)", credentials.server, credentials.source)
@@ -270,8 +291,7 @@ def _read_file(path: Path) -> bytes:
 
 
 def _is_label(value: str) -> bool:
-    return (0 < len(value) <= 63 and set(value) <= _DNS_LABEL_CHARS
-            and value[0] != "-" and value[-1] != "-")
+    return 0 < len(value) <= 63 and set(value) <= _DNS_LABEL_CHARS and value[0] != "-" and value[-1] != "-"
 
 
 def _is_subdomain(value: str) -> bool:

@@ -60,28 +60,45 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         # Matches agents' operation results with the operations (hub/operations.py).
         self.operations: OperationRouter | None = None
 
-    async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+    async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         session: Session | None = None
         try:
             self._authorize(context)
             hello = await self._hello(context)
-            session = self.registry.open(Session(
-                agent_id=hello.agent_id, zone_id=hello.zone_id, agent_version=hello.agent_version,
-                peer=context.peer(), replica=self.registry.replica,
-                dynamic_accounts_enabled=hello.dynamic_accounts_enabled))
+            session = self.registry.open(
+                Session(
+                    agent_id=hello.agent_id,
+                    zone_id=hello.zone_id,
+                    agent_version=hello.agent_version,
+                    peer=context.peer(),
+                    replica=self.registry.replica,
+                    dynamic_accounts_enabled=hello.dynamic_accounts_enabled,
+                )
+            )
             outbox: asyncio.Queue[pb.CachingControl] = asyncio.Queue()
             session.control = outbox.put_nowait
-            await context.write(pb.CachingControl(welcome=pb.Welcome(
-                session_id=session.id, hub_replica=self.registry.replica, protocol_version=PROTOCOL_VERSION,
-                max_message_bytes=self.max_message_bytes, heartbeats=True)))
+            await context.write(
+                pb.CachingControl(
+                    welcome=pb.Welcome(
+                        session_id=session.id,
+                        hub_replica=self.registry.replica,
+                        protocol_version=PROTOCOL_VERSION,
+                        max_message_bytes=self.max_message_bytes,
+                        heartbeats=True,
+                    )
+                )
+            )
             for account in hello.accounts:
                 self._account(session, account)
             sender = asyncio.create_task(_send_all(context, outbox))
             heard = _Heard()
             tasks = [asyncio.create_task(self._receive(session, context, heard))]
             if hello.heartbeat_seconds:
-                tasks.append(asyncio.create_task(_watch_silence(
-                    heard, hello.heartbeat_seconds, max(1, hello.heartbeat_timeout_seconds))))
+                tasks.append(
+                    asyncio.create_task(
+                        _watch_silence(heard, hello.heartbeat_seconds, max(1, hello.heartbeat_timeout_seconds))
+                    )
+                )
             try:
                 await _first_of(tasks)
             finally:
@@ -91,8 +108,12 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
         except LinkSilent as e:
-            log.warning("ended the session of agent %s at %s: %s", session.agent_id if session else "?",
-                        context.peer(), e.reason)
+            log.warning(
+                "ended the session of agent %s at %s: %s",
+                session.agent_id if session else "?",
+                context.peer(),
+                e.reason,
+            )
             await context.abort(e.code, e.reason)
         except LinkRefused as e:
             self.refused += 1
@@ -108,24 +129,29 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             return
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
         if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self._token.encode())):
-            raise LinkRefused(grpc.StatusCode.UNAUTHENTICATED,
-                              "missing or wrong bearer token (the agent's clouddriver.auth.token)")
+            raise LinkRefused(
+                grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (the agent's clouddriver.auth.token)"
+            )
 
     async def _hello(self, context: grpc.aio.ServicerContext) -> pb.Hello:
         try:
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise LinkRefused(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s") from None
         if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of a Caching stream must be a hello")
         hello = first.hello
         if first.ByteSize() > self.max_message_bytes:
-            raise LinkRefused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"a hello of {first.ByteSize()} bytes is over this hub's limit of {self.max_message_bytes}")
+            raise LinkRefused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"a hello of {first.ByteSize()} bytes is over this hub's limit of {self.max_message_bytes}",
+            )
         if hello.protocol_version != PROTOCOL_VERSION:
-            raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"protocol version {hello.protocol_version} is not supported: this hub speaks "
-                              f"version {PROTOCOL_VERSION} (upgrade the older side)")
+            raise LinkRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"protocol version {hello.protocol_version} is not supported: this hub speaks "
+                f"version {PROTOCOL_VERSION} (upgrade the older side)",
+            )
         if not hello.agent_id or len(hello.agent_id) > MAX_NAME:
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the hello needs an agent_id of 1-253 characters")
         return hello
@@ -137,20 +163,27 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             heard.now()
             if msg is grpc.aio.EOF:
                 # Also what gRPC itself leaves us with after cutting a message over its own limit.
-                log.info("agent %s ended its Caching stream (a message over %d bytes would also end it here)",
-                         session.agent_id, GRPC_LIMIT_FACTOR * self.max_message_bytes)
+                log.info(
+                    "agent %s ended its Caching stream (a message over %d bytes would also end it here)",
+                    session.agent_id,
+                    GRPC_LIMIT_FACTOR * self.max_message_bytes,
+                )
                 return
             size = msg.ByteSize()
             if size > self.max_message_bytes:
-                raise LinkRefused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"a message of {size} bytes is over this hub's limit of {self.max_message_bytes} "
-                                  "(grpc.maxMessageBytes); the agent must split its batches")
+                raise LinkRefused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"a message of {size} bytes is over this hub's limit of {self.max_message_bytes} "
+                    "(grpc.maxMessageBytes); the agent must split its batches",
+                )
             which = msg.WhichOneof("message")
             if which == "events":
                 batch = msg.events
                 if batch.sequence != expected:
-                    raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
-                                      f"batch sequence {batch.sequence} where {expected} was expected")
+                    raise LinkRefused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"batch sequence {batch.sequence} where {expected} was expected",
+                    )
                 expected += 1
                 self._apply(session, batch.events)
                 assert session.control is not None
@@ -163,8 +196,11 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 if self.dispatcher is not None:
                     self.dispatcher.answer(session, msg.accounts_answer)
                 else:
-                    log.info("agent %s answered request %s, but this hub sends no dynamic accounts",
-                             session.agent_id, msg.accounts_answer.request_id)
+                    log.info(
+                        "agent %s answered request %s, but this hub sends no dynamic accounts",
+                        session.agent_id,
+                        msg.accounts_answer.request_id,
+                    )
             elif which == "heartbeat":
                 assert session.control is not None
                 session.control(pb.CachingControl(heartbeat=pb.Heartbeat(sequence=msg.heartbeat.sequence)))
@@ -179,11 +215,20 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         try:
             properties = MessageToDict(a.properties) if a.HasField("properties") else {}
         except ValueError as e:  # e.g. NaN, which JSON cannot hold
-            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"account {a.name!r}: invalid properties: {e}") from None
+            raise LinkRefused(
+                grpc.StatusCode.INVALID_ARGUMENT, f"account {a.name!r}: invalid properties: {e}"
+            ) from None
         why = self.registry.describe(
-            session, a.name, api_host=a.api_host, fingerprint=a.certificate_fingerprint,
-            server_version=a.server_version, agent_state=a.state, reason=a.reason, kinds=list(a.kinds),
-            properties=properties)
+            session,
+            a.name,
+            api_host=a.api_host,
+            fingerprint=a.certificate_fingerprint,
+            server_version=a.server_version,
+            agent_state=a.state,
+            reason=a.reason,
+            kinds=list(a.kinds),
+            properties=properties,
+        )
         if why is not None and session.control is not None:
             session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=why)))
 
@@ -203,7 +248,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 session.dropped += end - start
             start = end
 
-    async def Operations(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+    async def Operations(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         """Attached to its Caching session: operations go down it, their results come back."""
         session: Session | None = None
         sender: asyncio.Task[None] | None = None
@@ -211,16 +256,20 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             self._authorize(context)
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
             if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
-                raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
-                                  "the first message of an Operations stream must be a hello")
+                raise LinkRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT, "the first message of an Operations stream must be a hello"
+                )
             hello = first.hello
             session = self.registry.sessions.get(hello.session_id)
             if session is None or session.agent_id != hello.agent_id:
-                raise LinkRefused(grpc.StatusCode.FAILED_PRECONDITION,
-                                  "no Caching session with that id for this agent on this hub")
+                raise LinkRefused(
+                    grpc.StatusCode.FAILED_PRECONDITION, "no Caching session with that id for this agent on this hub"
+                )
             if session.operate is not None:
-                raise LinkRefused(grpc.StatusCode.ALREADY_EXISTS,
-                                  "this session already has an Operations stream; open one per session")
+                raise LinkRefused(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    "this session already has an Operations stream; open one per session",
+                )
             outbox: asyncio.Queue[pb.Operation] = asyncio.Queue()
             sender = asyncio.create_task(_send_all(context, outbox))
             session.operations_attached = True
@@ -228,11 +277,13 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             while (msg := await context.read()) is not grpc.aio.EOF:
                 which = msg.WhichOneof("message")
                 if which != "result":
-                    raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT,
-                                      f"only results may follow the hello on an Operations stream, not {which or 'an empty message'}")
+                    raise LinkRefused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"only results may follow the hello on an Operations stream, not {which or 'an empty message'}",
+                    )
                 if self.operations is not None:
                     self.operations.result(session, msg.result)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s")
         except LinkRefused as e:
             self.refused += 1
@@ -266,9 +317,11 @@ async def _watch_silence(heard: _Heard, heartbeat_seconds: int, timeout_seconds:
     while True:
         silent = time.monotonic() - heard.at
         if silent > limit:
-            raise LinkSilent(f"no message from the agent for {silent:.0f}s (it sends a heartbeat every "
-                             f"{heartbeat_seconds}s, with a timeout of {timeout_seconds}s): the connection is "
-                             "taken for dead")
+            raise LinkSilent(
+                f"no message from the agent for {silent:.0f}s (it sends a heartbeat every "
+                f"{heartbeat_seconds}s, with a timeout of {timeout_seconds}s): the connection is "
+                "taken for dead"
+            )
         await asyncio.sleep(limit - silent + 0.05)
 
 

@@ -63,17 +63,24 @@ class OperationRouter:
         record: AccountRecord | None = self.registry.accounts.get(account)
         if record is None or record.state == ORPHANED:
             known = "" if record is None else " (its agent left and it was orphaned)"
-            return OperationReply.failure(404, "NotFound", f"no agent serves account {account!r}{known}; "
-                                                           "GET /api/v1/accounts lists the accounts agents serve")
+            return OperationReply.failure(
+                404,
+                "NotFound",
+                f"no agent serves account {account!r}{known}; GET /api/v1/accounts lists the accounts agents serve",
+            )
         sessions = [self.registry.sessions[s] for s in record.sessions if s in self.registry.sessions]
         ready = [s for s in sessions if s.operate is not None]
         if not ready:
             if record.state == DISCONNECTED or not sessions:
-                return OperationReply.failure(503, "ServiceUnavailable",
-                                              f"the agent of account {account!r} ({record.agent_id or 'unknown'}) is "
-                                              "disconnected; operations need a connected agent")
-            return OperationReply.failure(503, "ServiceUnavailable",
-                                          f"the agent of account {account!r} has no Operations stream open")
+                return OperationReply.failure(
+                    503,
+                    "ServiceUnavailable",
+                    f"the agent of account {account!r} ({record.agent_id or 'unknown'}) is "
+                    "disconnected; operations need a connected agent",
+                )
+            return OperationReply.failure(
+                503, "ServiceUnavailable", f"the agent of account {account!r} has no Operations stream open"
+            )
         # The least busy agent serving it (several agents may serve one account).
         busy = {s.id: 0 for s in ready}
         for p in self._pending.values():
@@ -89,8 +96,14 @@ class OperationRouter:
         session = target
         op_id = uuid.uuid4().hex
         deadline_ms = int((time.time() + timeout) * 1000)
-        message = pb.Operation(id=op_id, account=account, type=type_, request=orjson.dumps(request),
-                               deadline_unix_ms=deadline_ms, timeout_ms=int(timeout * 1000))
+        message = pb.Operation(
+            id=op_id,
+            account=account,
+            type=type_,
+            request=orjson.dumps(request),
+            deadline_unix_ms=deadline_ms,
+            timeout_ms=int(timeout * 1000),
+        )
         future: asyncio.Future[OperationReply] = asyncio.get_running_loop().create_future()
         self._pending[op_id] = _Pending(session.id, session.agent_id, future)
         assert session.operate is not None
@@ -99,10 +112,11 @@ class OperationRouter:
         log.info("operation %s: %s on account %s sent to agent %s", op_id, type_, account, session.agent_id)
         try:
             return await asyncio.wait_for(future, timeout + ANSWER_GRACE_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("operation %s: agent %s did not answer within %gs", op_id, session.agent_id, timeout)
-            return OperationReply.failure(504, "Timeout", f"agent {session.agent_id} did not answer within "
-                                                          f"{timeout + ANSWER_GRACE_SECONDS:g}s")
+            return OperationReply.failure(
+                504, "Timeout", f"agent {session.agent_id} did not answer within {timeout + ANSWER_GRACE_SECONDS:g}s"
+            )
         finally:
             self._pending.pop(op_id, None)
 
@@ -110,8 +124,11 @@ class OperationRouter:
         """An OperationResult arrived on `session`'s stream (called by the gRPC service)."""
         pending = self._pending.get(result.id)
         if pending is None or pending.session_id != session.id:
-            log.info("agent %s answered operation %s, which is not awaited (timed out?)", session.agent_id,
-                     result.id or "(no id)")
+            log.info(
+                "agent %s answered operation %s, which is not awaited (timed out?)",
+                session.agent_id,
+                result.id or "(no id)",
+            )
             return
         try:
             objects = orjson.loads(result.objects) if result.objects else []
@@ -119,8 +136,9 @@ class OperationRouter:
             if not isinstance(objects, list) or not isinstance(output, dict):
                 raise ValueError("objects must be a JSON array and output a JSON object")
         except ValueError as e:
-            reply = OperationReply.failure(502, "BadGateway", f"agent {session.agent_id} answered with a malformed "
-                                                              f"result: {e}")
+            reply = OperationReply.failure(
+                502, "BadGateway", f"agent {session.agent_id} answered with a malformed result: {e}"
+            )
         else:
             error = None
             if not result.ok:
@@ -136,13 +154,17 @@ class OperationRouter:
 
     def detached(self, session: Session) -> None:
         """The session's Operations stream (or the session) ended: its operations fail now."""
-        for op_id, pending in list(self._pending.items()):
+        for pending in list(self._pending.values()):
             if pending.session_id == session.id and not pending.future.done():
-                pending.future.set_result(OperationReply.failure(
-                    503, "ServiceUnavailable", f"agent {session.agent_id} disconnected before answering; the "
-                                               "operation may have been partly carried out"))
+                pending.future.set_result(
+                    OperationReply.failure(
+                        503,
+                        "ServiceUnavailable",
+                        f"agent {session.agent_id} disconnected before answering; the "
+                        "operation may have been partly carried out",
+                    )
+                )
 
     def _on_registry(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         if what == "closed" and session is not None:
             self.detached(session)
-

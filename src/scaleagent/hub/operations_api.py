@@ -20,8 +20,8 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from .accounts_api import error_response, read_json
 from .account_models import InvalidRequest
+from .accounts_api import error_response, read_json
 from .cache import Cache, version_at_least
 from .operations import OperationReply, OperationRouter
 from .tasks import PHASES, BadOperations, TaskRunner, parse_operations
@@ -62,10 +62,13 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         task = runner.submit(operations)
         return JSONResponse({"id": task.id, "resourceUri": f"/task/{task.id}"})
 
-    @api.post("/kubernetes/ops", summary="Run operations (deployManifest, deleteManifest, ...) as one task",
-              description="A JSON list such as `[{\"deployManifest\": {\"account\": \"prod\", \"manifests\": "
-                          "[...]}}]`; operations run in order and the task stops at the first failure. "
-                          f"Types: {', '.join(PHASES)}. See docs/operations.md.")
+    @api.post(
+        "/kubernetes/ops",
+        summary="Run operations (deployManifest, deleteManifest, ...) as one task",
+        description='A JSON list such as `[{"deployManifest": {"account": "prod", "manifests": '
+        "[...]}}]`; operations run in order and the task stops at the first failure. "
+        f"Types: {', '.join(PHASES)}. See docs/operations.md.",
+    )
     async def post_ops(request: Request) -> Response:
         return await submit(request)
 
@@ -73,34 +76,46 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
     async def post_op(type_: str, request: Request) -> Response:
         return await submit(request, type_)
 
-    @api.get("/task/{task_id}", summary="A task: state, phases, outputs",
-             description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
-                         "have Clouddriver's shape. `waitSeconds` holds the answer until the task ends "
-                         f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.")
+    @api.get(
+        "/task/{task_id}",
+        summary="A task: state, phases, outputs",
+        description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
+        "have Clouddriver's shape. `waitSeconds` holds the answer until the task ends "
+        f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.",
+    )
     async def get_task(
         task_id: str,
-        waitSeconds: Annotated[float, Query(  # noqa: N803
-            ge=0, allow_inf_nan=False,
-            description=f"Seconds to wait for the task to end; more than {MAX_TASK_WAIT_SECONDS:g} waits "
-                        f"{MAX_TASK_WAIT_SECONDS:g}")] = 0,
+        waitSeconds: Annotated[
+            float,
+            Query(
+                ge=0,
+                allow_inf_nan=False,
+                description=f"Seconds to wait for the task to end; more than {MAX_TASK_WAIT_SECONDS:g} waits "
+                f"{MAX_TASK_WAIT_SECONDS:g}",
+            ),
+        ] = 0,
     ) -> Response:
         task = runner.get(task_id)
         if task is None:
-            return error_response(404, f"task {task_id} not found (tasks are kept in memory; a restarted hub "
-                                       "has forgotten earlier ones)")
+            return error_response(
+                404, f"task {task_id} not found (tasks are kept in memory; a restarted hub has forgotten earlier ones)"
+            )
         if waitSeconds > 0 and not task.done.is_set():
             try:
                 await asyncio.wait_for(task.done.wait(), min(waitSeconds, MAX_TASK_WAIT_SECONDS))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return Response(orjson.dumps(task.document()), media_type="application/json")
 
-    @api.post("/cache/kubernetes/manifest", summary="Force a cache refresh of one object (Clouddriver on-demand)",
-              description="Body `{\"account\", \"location\" (namespace), \"name\": \"kind name\"}`, optionally "
-                          "`resourceVersion`. 200 at once when the cache holds the object at that version or later; "
-                          "otherwise (or without a version) the live object is read through the agent and the "
-                          "answer waits until the cache shows it: 200, or 202 if it did not within "
-                          f"{REFRESH_WAIT_SECONDS:g} s.")
+    @api.post(
+        "/cache/kubernetes/manifest",
+        summary="Force a cache refresh of one object (Clouddriver on-demand)",
+        description='Body `{"account", "location" (namespace), "name": "kind name"}`, optionally '
+        "`resourceVersion`. 200 at once when the cache holds the object at that version or later; "
+        "otherwise (or without a version) the live object is read through the agent and the "
+        "answer waits until the cache shows it: 200, or 202 if it did not within "
+        f"{REFRESH_WAIT_SECONDS:g} s.",
+    )
     async def refresh(request: Request) -> Response:
         try:
             body = await read_json(request, 'the body is empty: send {"account", "location", "name"}')
@@ -109,16 +124,23 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         except InvalidRequest as e:
             return error_response(400, str(e))
         if not isinstance(body, dict):
-            return error_response(400, "the body must be a JSON object: {\"account\", \"location\", \"name\"}")
-        account, location, name = body.get("account") or body.get("credentials"), body.get("location") or "", body.get("name")
+            return error_response(400, 'the body must be a JSON object: {"account", "location", "name"}')
+        account, location, name = (
+            body.get("account") or body.get("credentials"),
+            body.get("location") or "",
+            body.get("name"),
+        )
         wanted_rv = body.get("resourceVersion") or ""
         if not isinstance(account, str) or not account:
             return error_response(400, "account is required (a string)")
         if not isinstance(location, str) or not isinstance(wanted_rv, str):
             return error_response(400, "location and resourceVersion must be strings")
         if len(wanted_rv) > MAX_RESOURCE_VERSION_CHARS:
-            return error_response(400, f"resourceVersion: at most {MAX_RESOURCE_VERSION_CHARS} characters (an API "
-                                       f"server's resourceVersion is an etcd revision), got {len(wanted_rv)}")
+            return error_response(
+                400,
+                f"resourceVersion: at most {MAX_RESOURCE_VERSION_CHARS} characters (an API "
+                f"server's resourceVersion is an etcd revision), got {len(wanted_rv)}",
+            )
         if not isinstance(name, str) or len(name.split()) != 2:
             return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
         kind, object_name = name.split()
@@ -129,8 +151,9 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         # live object says what "fresh" is.
         if cached is not None and wanted_rv and version_at_least(cached_rv, wanted_rv):
             return JSONResponse({**ident, "status": "cached", "resourceVersion": cached_rv})
-        reply = await router.run(account, "getManifest", {"manifestName": name, "location": location},
-                                 REFRESH_WAIT_SECONDS)
+        reply = await router.run(
+            account, "getManifest", {"manifestName": name, "location": location}, REFRESH_WAIT_SECONDS
+        )
         if not reply.ok:
             return _failed(reply)
         missed = await cache.wait_for(account, reply.expect, REFRESH_WAIT_SECONDS) if reply.expect else []
@@ -141,14 +164,25 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
             return JSONResponse({**ident, "status": "absent"})
         if not reply.expect:
             return JSONResponse({**ident, "status": "not cached: its agent does not follow this kind or namespace"})
-        return JSONResponse({**ident, "status": "cached",
-                             "resourceVersion": (live.get("metadata") or {}).get("resourceVersion")})
+        return JSONResponse(
+            {**ident, "status": "cached", "resourceVersion": (live.get("metadata") or {}).get("resourceVersion")}
+        )
 
-    @api.get("/api/v1/accounts/{account}/namespaces/{namespace}/pods/{pod}/log", response_class=PlainTextResponse,
-             summary="A pod's log, read through the account's agent")
-    async def pod_log(account: str, namespace: str, pod: str, container: str = "",
-                      tailLines: Annotated[int | None, Query(  # noqa: N803
-                          ge=0, le=MAX_TAIL_LINES, description="Only the last lines of the log")] = None) -> Response:
+    @api.get(
+        "/api/v1/accounts/{account}/namespaces/{namespace}/pods/{pod}/log",
+        response_class=PlainTextResponse,
+        summary="A pod's log, read through the account's agent",
+    )
+    async def pod_log(
+        account: str,
+        namespace: str,
+        pod: str,
+        container: str = "",
+        tailLines: Annotated[
+            int | None,
+            Query(ge=0, le=MAX_TAIL_LINES, description="Only the last lines of the log"),
+        ] = None,
+    ) -> Response:
         request: dict[str, Any] = {"namespace": namespace, "name": pod, "container": container}
         if tailLines is not None:
             request["tailLines"] = tailLines
@@ -167,4 +201,3 @@ def _resource_version(raw: bytes | None) -> str:
         return str(((orjson.loads(raw).get("metadata") or {}).get("resourceVersion")) or "")
     except (orjson.JSONDecodeError, AttributeError):
         return ""
-

@@ -84,7 +84,8 @@ def parse_keys(text: str) -> list[bytes]:
         if len(raw) != 32:
             raise EncryptionKeyError(
                 f"{which} is not a Fernet key: it must be 32 random bytes in URL-safe base64 (44 characters "
-                "ending in '='), e.g. from `scale-agent accounts generate-key`; the value is not shown")
+                "ending in '='), e.g. from `scale-agent accounts generate-key`; the value is not shown"
+            )
         keys.append(part.encode("ascii"))
     return keys
 
@@ -96,7 +97,7 @@ def key_file_for(database_url: str) -> Path | None:
 
     try:
         url = make_url(database_url)
-    except Exception:  # noqa: BLE001 - the store reports bad URLs; here it only means "no file"
+    except Exception:
         return None
     if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:"):
         return None
@@ -110,8 +111,14 @@ class SecretBox:
     makes the key (raising EncryptionKeyError) before `encrypt()`/`decrypt()` are used.
     """
 
-    def __init__(self, keys: list[bytes] | None = None, *, source: str = "the given key",
-                 key_file: Path | None = None, database_display: str = "") -> None:
+    def __init__(
+        self,
+        keys: list[bytes] | None = None,
+        *,
+        source: str = "the given key",
+        key_file: Path | None = None,
+        database_display: str = "",
+    ) -> None:
         """`keys` (parsed by `parse_keys`) or, without them, a `key_file` to read or create at
         `ready()`; with neither, `ready()` explains that a key must be configured."""
         self.source = source
@@ -127,8 +134,11 @@ class SecretBox:
         if configured:
             return cls(parse_keys(configured), source="dynamicAccounts.encryptionKey")
         path = key_file_for(database_url)
-        return cls(source=f"key file {path}" if path else "no key", key_file=path,
-                   database_display=database_display or "the shared database")
+        return cls(
+            source=f"key file {path}" if path else "no key",
+            key_file=path,
+            database_display=database_display or "the shared database",
+        )
 
     def __repr__(self) -> str:
         return f"SecretBox(source={self.source!r})"
@@ -145,7 +155,8 @@ class SecretBox:
                         f"no encryption key for kubeconfigs: set dynamicAccounts.encryptionKey (or the environment "
                         f"variable SCALE_AGENT_HUB_DYNAMIC_ACCOUNTS__ENCRYPTION_KEY). With {self._database_display}, "
                         "every hub replica must use the same key, so none is generated; make one with "
-                        "`scale-agent accounts generate-key`")
+                        "`scale-agent accounts generate-key`"
+                    )
                 keys = await asyncio.to_thread(_load_or_create_key_file, self._key_file)
                 self._fernet = MultiFernet([Fernet(k) for k in keys])
 
@@ -161,7 +172,8 @@ class SecretBox:
             raise DecryptionError(
                 f"the stored kubeconfig cannot be decrypted with the encryption key ({self.source}): it was encrypted "
                 "with another key, or altered. Restore the old key (list it after the new one to rotate), or "
-                "migrate the account again (PATCH state ACTIVE) to store a new snapshot") from None
+                "migrate the account again (PATCH state ACTIVE) to store a new snapshot"
+            ) from None
 
     def _ready(self) -> MultiFernet:
         if self._fernet is None:
@@ -194,9 +206,12 @@ def _load_or_create_key_file(path: Path) -> list[bytes]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
-    log.warning("generated a new encryption key for dynamic accounts' kubeconfigs in %s (mode 0600); keep it with "
-                "the database: without it their stored kubeconfigs cannot be read. Set "
-                "dynamicAccounts.encryptionKey to choose the key yourself", path)
+    log.warning(
+        "generated a new encryption key for dynamic accounts' kubeconfigs in %s (mode 0600); keep it with "
+        "the database: without it their stored kubeconfigs cannot be read. Set "
+        "dynamicAccounts.encryptionKey to choose the key yourself",
+        path,
+    )
     return _read_key_file(path)
 
 

@@ -15,9 +15,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ..protocol import SERVICE_NAME, pb_grpc
+from .accounts import AccountsService
 from .api import create_app
 from .cache import Cache
-from .accounts import AccountsService
 from .config import HubConfig
 from .credentials import CredentialsService
 from .dynamic import AccountDispatcher
@@ -51,14 +51,22 @@ class Hub:
         self.replica = config.server.replica_name or socket.gethostname()
         self.cache = Cache()
         self.registry = Registry(self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica)
-        self.link = AgentLinkService(self.registry, self.cache, token=config.auth.token.get_secret_value(),
-                                     max_message_bytes=config.grpc.max_message_bytes)
+        self.link = AgentLinkService(
+            self.registry,
+            self.cache,
+            token=config.auth.token.get_secret_value(),
+            max_message_bytes=config.grpc.max_message_bytes,
+        )
         self.dispatcher = AccountDispatcher(self.registry)
         self.link.dispatcher = self.dispatcher
         self.operations = OperationRouter(self.registry)
         self.link.operations = self.operations
-        self.tasks = TaskRunner(self.operations, self.cache, operation_wait_ms=config.operations.operation_wait_ms,
-                                max_tasks=config.operations.max_tasks)
+        self.tasks = TaskRunner(
+            self.operations,
+            self.cache,
+            operation_wait_ms=config.operations.operation_wait_ms,
+            max_tasks=config.operations.max_tasks,
+        )
         self.store: Store | None = None
         self.accounts: AccountsService | None = None
         self.credentials: CredentialsService | None = None
@@ -88,9 +96,13 @@ class Hub:
         await self._start_grpc()
         await self._start_http()
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
-        log.info("hub %s: gRPC on %s (%s), HTTP on %s", self.replica, self.grpc_target,
-                 "mTLS" if self.config.tls.client_ca_file else "TLS" if self.config.tls.enabled else "plaintext",
-                 self.http_url)
+        log.info(
+            "hub %s: gRPC on %s (%s), HTTP on %s",
+            self.replica,
+            self.grpc_target,
+            "mTLS" if self.config.tls.client_ca_file else "TLS" if self.config.tls.enabled else "plaintext",
+            self.http_url,
+        )
 
     async def _start_grpc(self) -> None:
         c = self.config
@@ -104,21 +116,25 @@ class Hub:
             ("grpc.keepalive_permit_without_calls", 1),
         ]
         if c.grpc.keep_alive_seconds > 0:
-            options += [("grpc.keepalive_time_ms", int(c.grpc.keep_alive_seconds * 1000)),
-                        ("grpc.keepalive_timeout_ms", 20_000)]
+            options += [
+                ("grpc.keepalive_time_ms", int(c.grpc.keep_alive_seconds * 1000)),
+                ("grpc.keepalive_timeout_ms", 20_000),
+            ]
         server = grpc.aio.server(options=options)
         pb_grpc.add_AgentLinkServicer_to_server(self.link, server)
         checks = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checks, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        )
         address = f"{_url_host(c.server.host)}:{c.server.grpc_port}"
         if c.tls.enabled:
             assert c.tls.cert_file is not None and c.tls.key_file is not None
             creds = grpc.ssl_server_credentials(
                 [(c.tls.key_file.read_bytes(), c.tls.cert_file.read_bytes())],
                 root_certificates=c.tls.client_ca_file.read_bytes() if c.tls.client_ca_file else None,
-                require_client_auth=c.tls.client_ca_file is not None)
+                require_client_auth=c.tls.client_ca_file is not None,
+            )
             port = server.add_secure_port(address, creds)
         else:
             port = server.add_insecure_port(address)

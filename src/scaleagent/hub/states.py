@@ -131,13 +131,13 @@ def check_transition(name: str, from_state: str, to_state: str) -> None:
         pair = (S(from_state), S(to_state))
     except ValueError:
         bad = from_state if from_state not in S.__members__ else to_state
-        raise TransitionError(name, from_state, to_state,
-                              f"{bad!r} is not an account state ({', '.join(S)})") from None
+        raise TransitionError(name, from_state, to_state, f"{bad!r} is not an account state ({', '.join(S)})") from None
     if pair in TRANSITIONS:
         return
     reason = _WHY_NOT.get(pair)
     if reason is None:
         targets = allowed_from(pair[0])
-        reason = (f"from {pair[0]} an account can only go to {', '.join(targets)}" if targets
-                  else f"{pair[0]} has no way out")
+        reason = (
+            f"from {pair[0]} an account can only go to {', '.join(targets)}" if targets else f"{pair[0]} has no way out"
+        )
     raise TransitionError(name, from_state, to_state, reason)

@@ -95,12 +95,22 @@ class Task:
         self.done.set()
 
     def document(self) -> dict[str, Any]:
-        last = self.history[-1] if self.history else {"phase": ORCHESTRATION, "status": "Initializing Orchestration Task"}
+        last = (
+            self.history[-1] if self.history else {"phase": ORCHESTRATION, "status": "Initializing Orchestration Task"}
+        )
         doc: dict[str, Any] = {
-            "id": self.id, "state": self.state,
-            "status": {"phase": last["phase"], "status": last["status"], "completed": self.state != RUNNING,
-                       "failed": self.state == FAILED, "retryable": False},
-            "history": self.history, "resultObjects": self.result_objects, "startTimeMs": self.started_ms,
+            "id": self.id,
+            "state": self.state,
+            "status": {
+                "phase": last["phase"],
+                "status": last["status"],
+                "completed": self.state != RUNNING,
+                "failed": self.state == FAILED,
+                "retryable": False,
+            },
+            "history": self.history,
+            "resultObjects": self.result_objects,
+            "startTimeMs": self.started_ms,
         }
         if self.ended_ms is not None:
             doc["endTimeMs"] = self.ended_ms
@@ -119,7 +129,7 @@ def parse_operations(body: Any) -> list[Operation]:
         if not isinstance(item, dict) or len(item) != 1:
             problems.append(f"{where} must be an object with exactly one key, the operation type")
             continue
-        (type_, description), = item.items()
+        ((type_, description),) = item.items()
         if type_ not in PHASES:
             problems.append(f"{where}: unknown operation type {type_!r}; this hub runs {', '.join(PHASES)}")
             continue
@@ -195,7 +205,7 @@ class TaskRunner:
     def _evict(self) -> None:
         if len(self._tasks) <= self.max_tasks:
             return
-        for task_id in [i for i, t in self._tasks.items() if t.state != RUNNING][:len(self._tasks) - self.max_tasks]:
+        for task_id in [i for i, t in self._tasks.items() if t.state != RUNNING][: len(self._tasks) - self.max_tasks]:
             del self._tasks[task_id]
 
     async def _run(self, task: Task, operations: list[Operation]) -> None:
@@ -212,14 +222,20 @@ class TaskRunner:
                     return
             task.finish(COMPLETED, "Orchestration completed.")
         except asyncio.CancelledError:
-            task.exception = {"message": "the hub stopped while the task ran", "code": 503,
-                              "reason": "ServiceUnavailable"}
+            task.exception = {
+                "message": "the hub stopped while the task ran",
+                "code": 503,
+                "reason": "ServiceUnavailable",
+            }
             task.finish(FAILED, "Orchestration failed.")
             raise
-        except Exception as e:  # noqa: BLE001 - a bug must still end the task, saying so
+        except Exception as e:
             log.exception("task %s failed unexpectedly", task.id)
-            task.exception = {"message": f"the hub failed unexpectedly: {type(e).__name__}: {e}", "code": 500,
-                              "reason": "InternalError"}
+            task.exception = {
+                "message": f"the hub failed unexpectedly: {type(e).__name__}: {e}",
+                "code": 500,
+                "reason": "InternalError",
+            }
             task.finish(FAILED, "Orchestration failed.")
 
     async def _one(self, task: Task, op: Operation) -> bool:
@@ -235,8 +251,13 @@ class TaskRunner:
             error = reply.error or {}
             message = f"{op.type} on account {op.account} failed: {error.get('message') or 'no reason given'}"
             task.log(phase, message)
-            task.exception = {"message": message, "code": error.get("code", 500),
-                              "reason": error.get("reason", ""), "operation": op.type, "account": op.account}
+            task.exception = {
+                "message": message,
+                "code": error.get("code", 500),
+                "reason": error.get("reason", ""),
+                "operation": op.type,
+                "account": op.account,
+            }
             if "details" in error:
                 task.exception["details"] = error["details"]
             log.info("task %s: %s", task.id, message)
@@ -249,8 +270,11 @@ class TaskRunner:
             missed = await self.cache.wait_for(op.account, reply.expect, budget)
             if missed:
                 names = ", ".join(f"{x.kind} {x.name}" for x in missed[:5])
-                task.log(phase, f"Warning: the hub's cache did not show {len(missed)} change(s) in time "
-                                f"({names}); reads may still return the former state")
+                task.log(
+                    phase,
+                    f"Warning: the hub's cache did not show {len(missed)} change(s) in time "
+                    f"({names}); reads may still return the former state",
+                )
             else:
                 task.log(phase, "The hub's cache shows the changes")
         return True
@@ -263,8 +287,12 @@ def _prepared(op: Operation) -> dict[str, Any]:
     moniker = d.get("moniker")
     if op.type == "deployManifest" and d.get("manifests") is None and isinstance(d.get("manifest"), dict):
         d["manifests"] = [d.pop("manifest")]
-    if op.type == "deployManifest" and isinstance(moniker, dict) and isinstance(moniker.get("app"), str) \
-            and isinstance(d.get("manifests"), list):
+    if (
+        op.type == "deployManifest"
+        and isinstance(moniker, dict)
+        and isinstance(moniker.get("app"), str)
+        and isinstance(d.get("manifests"), list)
+    ):
         manifests = []
         for m in d["manifests"]:
             if isinstance(m, dict) and isinstance(m.get("metadata"), dict):
@@ -306,15 +334,21 @@ def _result_object(op: Operation, reply: OperationReply) -> dict[str, Any]:
 def _artifact(account: str, obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     kind = str(obj.get("kind") or "")
-    return {"type": f"kubernetes/{kind[:1].lower()}{kind[1:]}", "name": meta.get("name"),
-            "location": meta.get("namespace") or "", "reference": meta.get("name"), "version": "",
-            "metadata": {"account": account}}
+    return {
+        "type": f"kubernetes/{kind[:1].lower()}{kind[1:]}",
+        "name": meta.get("name"),
+        "location": meta.get("namespace") or "",
+        "reference": meta.get("name"),
+        "version": "",
+        "metadata": {"account": account},
+    }
 
 
 def _summary(op: Operation, reply: OperationReply) -> str:
     if op.type == "deleteManifest":
         deleted = reply.output.get("deletedManifests") or []
         return f"{len(deleted)} object(s) deleted" + (
-            f", {len(reply.output['alreadyGone'])} already gone" if reply.output.get("alreadyGone") else "")
+            f", {len(reply.output['alreadyGone'])} already gone" if reply.output.get("alreadyGone") else ""
+        )
     names = [f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in reply.objects]
     return ", ".join(names) or "done"

@@ -30,8 +30,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-__all__ = ["INT32_MAX", "INT64_MAX", "MAX_BODY_BYTES", "BodyTooLarge", "HubRoute", "error_response",
-           "invalid_parameters", "read_body", "shown", "whole_number"]
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "MAX_BODY_BYTES",
+    "BodyTooLarge",
+    "HubRoute",
+    "error_response",
+    "invalid_parameters",
+    "read_body",
+    "shown",
+    "whole_number",
+]
 
 INT32_MAX = 2**31 - 1
 """The largest Kubernetes int32 (replicas): the API server refuses more."""

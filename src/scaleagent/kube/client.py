@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import hashlib
 import ssl
-from typing import Any, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,9 +24,6 @@ from .errors import APIError, ConnectionFailed, CredentialsError
 
 JSON = "application/json"
 USER_AGENT = "scale-agent/0.1"
-
-
-
 
 
 def describe_connection_error(server: str, e: BaseException) -> str:
@@ -60,10 +58,14 @@ class KubeClient:
         # carry watches and small requests keep their buffers shallow.
         # Idle pooled connections (left by bursts of small requests) close after a few seconds;
         # watches hold theirs, and a watch that ends is followed at once by the next one.
-        self._session = self._new_session(aiohttp.TCPConnector(
-            ssl=credentials.ssl_context, limit=limit, keepalive_timeout=5, enable_cleanup_closed=True))
-        self._bulk = self._new_session(aiohttp.TCPConnector(
-            ssl=credentials.ssl_context, limit=limit, force_close=True, enable_cleanup_closed=True))
+        self._session = self._new_session(
+            aiohttp.TCPConnector(
+                ssl=credentials.ssl_context, limit=limit, keepalive_timeout=5, enable_cleanup_closed=True
+            )
+        )
+        self._bulk = self._new_session(
+            aiohttp.TCPConnector(ssl=credentials.ssl_context, limit=limit, force_close=True, enable_cleanup_closed=True)
+        )
 
     @staticmethod
     def _new_session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
@@ -84,9 +86,17 @@ class KubeClient:
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: bytes | None = None,
-        accept: str | None = None, content_type: str | None = None, timeout: float | None = None,
-        bulk: bool = False, read_timeout: float | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        accept: str | None = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+        bulk: bool = False,
+        read_timeout: float | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A response whose body the caller reads; non-2xx statuses raise APIError first.
 
@@ -104,8 +114,15 @@ class KubeClient:
                 raise ConnectionFailed(str(e)) from None
             client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timeout, sock_read=read_timeout)
             try:
-                resp = await session.request(method, self.server + path, params=params, data=body, headers=headers,
-                                             timeout=client_timeout, server_hostname=self.credentials.server_hostname)
+                resp = await session.request(
+                    method,
+                    self.server + path,
+                    params=params,
+                    data=body,
+                    headers=headers,
+                    timeout=client_timeout,
+                    server_hostname=self.credentials.server_hostname,
+                )
                 if resp.status == 401 and attempt == 1:
                     resp.release()
                     self.credentials.invalidate(rejected=headers.get("Authorization"))
@@ -114,7 +131,7 @@ class KubeClient:
                     raw = await resp.read()
                     resp.release()
                     raise APIError.from_response(resp.status, raw)
-            except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, ssl.SSLError, OSError) as e:
                 raise ConnectionFailed(describe_connection_error(self.server, e)) from e
             try:
                 yield resp
@@ -122,16 +139,32 @@ class KubeClient:
                 resp.release()
             return
 
-    async def request(self, method: str, path: str, *, params: Mapping[str, str] | None = None, body: Any = None,
-                      accept: str | None = None, content_type: str | None = None, bulk: bool = False) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        accept: str | None = None,
+        content_type: str | None = None,
+        bulk: bool = False,
+    ) -> Any:
         """One JSON request, answered with the decoded JSON body."""
         data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
-        async with self.stream(method, path, params=params, body=data, accept=accept,
-                               content_type=content_type or (JSON if data is not None else None),
-                               timeout=self._timeout, bulk=bulk) as resp:
+        async with self.stream(
+            method,
+            path,
+            params=params,
+            body=data,
+            accept=accept,
+            content_type=content_type or (JSON if data is not None else None),
+            timeout=self._timeout,
+            bulk=bulk,
+        ) as resp:
             try:
                 raw = await resp.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 raise ConnectionFailed(describe_connection_error(self.server, e)) from e
         try:
             return orjson.loads(raw) if raw else None
@@ -148,10 +181,16 @@ class KubeClient:
             return None
         port = parts.port or 443
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(
-                parts.hostname, port, ssl=self.credentials.ssl_context,
-                server_hostname=self.credentials.server_hostname or parts.hostname), self._timeout)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError) as e:
+            _, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    parts.hostname,
+                    port,
+                    ssl=self.credentials.ssl_context,
+                    server_hostname=self.credentials.server_hostname or parts.hostname,
+                ),
+                self._timeout,
+            )
+        except (TimeoutError, OSError, ssl.SSLError) as e:
             raise ConnectionFailed(describe_connection_error(self.server, e)) from None
         try:
             der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
@@ -160,4 +199,4 @@ class KubeClient:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
         digest = hashlib.sha256(der).hexdigest().upper()
-        return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+        return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))

@@ -41,7 +41,6 @@ SERVICE_ACCOUNT_DIR_ENV = "SCALE_AGENT_SERVICE_ACCOUNT_DIR"
 REFRESH_EVERY = 30.0
 
 
-
 @dataclass
 class Credentials:
     server: str
@@ -92,7 +91,7 @@ class Credentials:
         if hasattr(loader, "token_expires_at"):  # in-cluster loader
             loader.token_expires_at = datetime.datetime.min
         else:  # kubeconfig loader: an expiry in the past makes its hook reload the credentials
-            loader.expiry = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+            loader.expiry = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
 
 
 @dataclass
@@ -104,8 +103,11 @@ class _Embedded:
     key: bytes | None = None
 
 
-_EMBEDDED_KEYS = (("ca", "_cluster", "certificate-authority-data"), ("cert", "_user", "client-certificate-data"),
-                  ("key", "_user", "client-key-data"))
+_EMBEDDED_KEYS = (
+    ("ca", "_cluster", "certificate-authority-data"),
+    ("cert", "_user", "client-certificate-data"),
+    ("key", "_user", "client-key-data"),
+)
 
 
 @contextlib.contextmanager
@@ -159,7 +161,7 @@ def _load_chain_from_memory(ctx: ssl.SSLContext, cert: bytes, key: bytes) -> Non
         try:
             view = memoryview(pem)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             ctx.load_cert_chain(f"/proc/self/fd/{fd}")
         finally:
             os.close(fd)
@@ -201,8 +203,13 @@ def _finish(cfg: Any, source: str, embedded: _Embedded | None = None) -> Credent
         ctx = _ssl_context(cfg, embedded or _Embedded(), source)
     except (ssl.SSLError, OSError, ValueError) as e:
         raise CredentialsError(f"{source}: cannot load TLS certificates: {e}") from None
-    return Credentials(server=host.rstrip("/"), ssl_context=ctx, server_hostname=getattr(cfg, "tls_server_name", None),
-                       source=source, _configuration=cfg)
+    return Credentials(
+        server=host.rstrip("/"),
+        ssl_context=ctx,
+        server_hostname=getattr(cfg, "tls_server_name", None),
+        source=source,
+        _configuration=cfg,
+    )
 
 
 def _load_kubeconfig(path: Path, context: str | None) -> Credentials:
@@ -213,16 +220,19 @@ def _load_kubeconfig(path: Path, context: str | None) -> Credentials:
         raise CredentialsError(f"{source}: the file does not exist")
     if not os.access(path, os.R_OK):
         raise CredentialsError(f"{source}: the file is not readable")
-    return _load_with(lambda: kube_config._get_kube_config_loader(filename=str(path), active_context=context,
-                                                                  persist_config=False), source)
+    return _load_with(
+        lambda: kube_config._get_kube_config_loader(filename=str(path), active_context=context, persist_config=False),
+        source,
+    )
 
 
 def _content_loader(content: Mapping[str, Any], context: str | None) -> Any:
     """A loader over a private copy of the document, which loading changes for a while."""
     from kubernetes.config import kube_config
 
-    return kube_config._get_kube_config_loader(config_dict=copy.deepcopy(dict(content)), active_context=context,
-                                               persist_config=False)
+    return kube_config._get_kube_config_loader(
+        config_dict=copy.deepcopy(dict(content)), active_context=context, persist_config=False
+    )
 
 
 def _load_kubeconfig_content(content: Mapping[str, Any], context: str | None, source: str) -> Credentials:
@@ -293,9 +303,14 @@ CONTENT_SOURCE = "kubeconfig sent by the hub"
 
 
 async def load_credentials(
-    *, kubeconfig: Path | None = None, context: str | None = None, in_cluster: bool = False,
-    kubeconfig_content: Mapping[str, Any] | None = None, content_source: str = CONTENT_SOURCE,
-    service_account_dir: Path | None = None, environ: dict[str, str] | None = None,
+    *,
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    in_cluster: bool = False,
+    kubeconfig_content: Mapping[str, Any] | None = None,
+    content_source: str = CONTENT_SOURCE,
+    service_account_dir: Path | None = None,
+    environ: dict[str, str] | None = None,
 ) -> Credentials:
     """Resolve credentials in a thread: loaders read files and may run exec plugins.
 

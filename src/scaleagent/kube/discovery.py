@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .client import KubeClient
 from .concurrency import all_or_first_error
@@ -54,8 +54,16 @@ def _kinds(doc: dict, group: str, version: str) -> list[KindInfo]:
         name = r.get("name", "")
         if "/" in name or not LIST_WATCH <= set(r.get("verbs") or ()):
             continue
-        out.append(KindInfo(group, version, r.get("kind", ""), name, bool(r.get("namespaced")),
-                            str(r.get("storageVersionHash") or "")))
+        out.append(
+            KindInfo(
+                group,
+                version,
+                r.get("kind", ""),
+                name,
+                bool(r.get("namespaced")),
+                str(r.get("storageVersionHash") or ""),
+            )
+        )
     return out
 
 
@@ -105,9 +113,12 @@ async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
 
 
 # Resources that share one storage, for servers that do not publish storageVersionHash.
-_COHABITING = {("events.k8s.io", "events"): "core/events", ("", "events"): "core/events",
-               ("extensions", "ingresses"): "networking/ingresses",
-               ("networking.k8s.io", "ingresses"): "networking/ingresses"}
+_COHABITING = {
+    ("events.k8s.io", "events"): "core/events",
+    ("", "events"): "core/events",
+    ("extensions", "ingresses"): "networking/ingresses",
+    ("networking.k8s.io", "ingresses"): "networking/ingresses",
+}
 _STABILITY = re.compile(r"^v\d+(?:(alpha|beta)\d+)?$")
 
 
@@ -148,15 +159,21 @@ def _matches(kind: KindInfo, entry: str) -> bool:
 
 
 def select_kinds(
-    kinds: Iterable[KindInfo], include: Iterable[str] = (), exclude: Iterable[str] = (), only_namespaced: bool = False,
+    kinds: Iterable[KindInfo],
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+    only_namespaced: bool = False,
 ) -> tuple[list[KindInfo], list[str]]:
     """Apply `kinds`/`omitKinds`/`onlyNamespacedResources`; also return include entries that matched nothing."""
     kinds = list(kinds)
     include, exclude = list(include), list(exclude)
-    selected = [k for k in kinds
-                if (not include or any(_matches(k, e) for e in include))
-                and not any(_matches(k, e) for e in exclude)
-                and (k.namespaced or not only_namespaced)]
+    selected = [
+        k
+        for k in kinds
+        if (not include or any(_matches(k, e) for e in include))
+        and not any(_matches(k, e) for e in exclude)
+        and (k.namespaced or not only_namespaced)
+    ]
     unmatched = [e for e in include if not any(_matches(k, e) for k in kinds)]
     return selected, unmatched
 
@@ -166,8 +183,11 @@ async def may(client: KubeClient, verb: str, kind: KindInfo, namespace: str | No
     attrs = {"verb": verb, "group": kind.group, "resource": kind.plural}
     if namespace:
         attrs["namespace"] = namespace
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": attrs}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attrs},
+    }
     try:
         out = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
     except APIError as e:
@@ -176,9 +196,11 @@ async def may(client: KubeClient, verb: str, kind: KindInfo, namespace: str | No
         raise
     status = (out or {}).get("status") or {}
     where = f" in namespace {namespace}" if namespace else " cluster-wide"
-    return bool(status.get("allowed")), "" if status.get("allowed") else \
-        f"not allowed to {verb} {kind.plural}{'.' + kind.group if kind.group else ''}{where}" + \
-        (f" ({status['reason']})" if status.get("reason") else "")
+    return bool(status.get("allowed")), "" if status.get(
+        "allowed"
+    ) else f"not allowed to {verb} {kind.plural}{'.' + kind.group if kind.group else ''}{where}" + (
+        f" ({status['reason']})" if status.get("reason") else ""
+    )
 
 
 async def readable(client: KubeClient, kind: KindInfo, namespace: str | None) -> tuple[bool, str]:
@@ -193,8 +215,13 @@ async def readable(client: KubeClient, kind: KindInfo, namespace: str | None) ->
 def _rule_allows(rule: dict, verb: str, kind: KindInfo) -> bool:
     def has(values: object, wanted: str) -> bool:
         return isinstance(values, list) and (wanted in values or "*" in values)
-    return (has(rule.get("verbs"), verb) and has(rule.get("apiGroups"), kind.group)
-            and has(rule.get("resources"), kind.plural) and not rule.get("resourceNames"))
+
+    return (
+        has(rule.get("verbs"), verb)
+        and has(rule.get("apiGroups"), kind.group)
+        and has(rule.get("resources"), kind.plural)
+        and not rule.get("resourceNames")
+    )
 
 
 async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str) -> set[KindInfo]:
@@ -204,8 +231,11 @@ async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str)
     is incomplete (an authorizer that cannot list rules, such as a webhook), each kind is asked
     with access reviews instead.
     """
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
-              "spec": {"namespace": namespace}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": namespace},
+    }
     try:
         out = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", body=review)
         status = (out or {}).get("status") or {}
@@ -222,5 +252,14 @@ async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str)
     return allowed
 
 
-__all__ = ["Discovery", "KindInfo", "KubeError", "discover", "follow_once", "may", "readable", "readable_in",
-           "select_kinds"]
+__all__ = [
+    "Discovery",
+    "KindInfo",
+    "KubeError",
+    "discover",
+    "follow_once",
+    "may",
+    "readable",
+    "readable_in",
+    "select_kinds",
+]

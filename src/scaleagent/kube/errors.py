@@ -27,8 +27,16 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "APIError", "ClusterReplaced", "ConnectionFailed", "CredentialsError", "Forbidden", "Gone", "KubeError",
-    "OperationFailed", "SelectorError", "UnknownKind",
+    "APIError",
+    "ClusterReplaced",
+    "ConnectionFailed",
+    "CredentialsError",
+    "Forbidden",
+    "Gone",
+    "KubeError",
+    "OperationFailed",
+    "SelectorError",
+    "UnknownKind",
 ]
 
 
@@ -59,7 +67,9 @@ class APIError(KubeError):
         except orjson.JSONDecodeError:
             body = None
         if isinstance(body, dict) and body.get("kind") == "Status":
-            return cls(int(body.get("code") or status), str(body.get("reason") or ""), str(body.get("message") or ""), body)
+            return cls(
+                int(body.get("code") or status), str(body.get("reason") or ""), str(body.get("message") or ""), body
+            )
         text = raw[:200].decode(errors="replace").strip()
         return cls(status, {401: "Unauthorized", 403: "Forbidden", 404: "NotFound"}.get(status, "Error"), text, body)
 

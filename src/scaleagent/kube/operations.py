@@ -15,10 +15,12 @@ restarts are the patches `kubectl rollout` sends; deletions wait until the objec
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import orjson
@@ -45,11 +47,16 @@ CONFLICT_ATTEMPTS = 4
 REVISION = "deployment.kubernetes.io/revision"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # Annotations a rollback leaves as the Deployment has them (kubectl's annotationsToSkip).
-UNDO_KEEPS = frozenset({
-    "kubectl.kubernetes.io/last-applied-configuration", REVISION, "deployment.kubernetes.io/revision-history",
-    "deployment.kubernetes.io/desired-replicas", "deployment.kubernetes.io/max-replicas",
-    "deprecated.deployment.rollback.to",
-})
+UNDO_KEEPS = frozenset(
+    {
+        "kubectl.kubernetes.io/last-applied-configuration",
+        REVISION,
+        "deployment.kubernetes.io/revision-history",
+        "deployment.kubernetes.io/desired-replicas",
+        "deployment.kubernetes.io/max-replicas",
+        "deprecated.deployment.rollback.to",
+    }
+)
 # A job's logs are reported up to this size per container (the end of the log is kept).
 MAX_LOG_BYTES = 256 * 1024
 # A Job cut by its deadline: how many of its pods its message describes, and jobStatus.pods lists
@@ -59,12 +66,25 @@ MAX_REPORTED_PODS = 100
 # Kinds applied before the rest of a deploy, in this order: what others depend on. Everything
 # else keeps the order it was given in.
 APPLY_FIRST = (
-    "Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "ResourceQuota", "LimitRange",
-    "ServiceAccount", "Secret", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "ClusterRole",
-    "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Service",
+    "Namespace",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "StorageClass",
+    "ResourceQuota",
+    "LimitRange",
+    "ServiceAccount",
+    "Secret",
+    "ConfigMap",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "NetworkPolicy",
+    "Service",
 )
 _RANK = {kind: i for i, kind in enumerate(APPLY_FIRST)}
-
 
 
 def bad_request(message: str) -> OperationFailed:
@@ -72,10 +92,22 @@ def bad_request(message: str) -> OperationFailed:
 
 
 # The reason Kubernetes gives each status code, for answers that came without one.
-STATUS_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-                  409: "Conflict", 410: "Gone", 413: "RequestEntityTooLarge", 415: "UnsupportedMediaType",
-                  422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
-                  504: "Timeout"}
+STATUS_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Gone",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
 # What servers before fieldValidation (Kubernetes < 1.25) answer with a 500 to a server-side apply
 # whose manifest has a field the schema does not know: the caller's manifest, not the server, is wrong.
 _BAD_MANIFEST_500 = ("failed to create typed patch object", "field not declared in schema")
@@ -122,8 +154,9 @@ class Outcome:
     def record(self, kind: KindInfo, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         self.objects.append(obj)
-        self.touched.append(Touched(kind, meta.get("namespace") or "", meta.get("name") or "",
-                                    str(meta.get("resourceVersion") or "")))
+        self.touched.append(
+            Touched(kind, meta.get("namespace") or "", meta.get("name") or "", str(meta.get("resourceVersion") or ""))
+        )
 
 
 def describe(kind: KindInfo, name: str, namespace: str = "") -> str:
@@ -194,10 +227,13 @@ class ClusterOperations:
             out.error = api_failure(e, out.step or ("" if e.message else f"running {type_}"))
         except ConnectionFailed as e:
             out.error = OperationFailed(503, "ServiceUnavailable", str(e))
-        except Exception as e:  # noqa: BLE001 - input of a shape nobody expected, or a bug: what was done stays known
+        except Exception as e:
             log.exception("%s failed unexpectedly", type_)
-            out.error = OperationFailed(500, "InternalError", f"the agent failed unexpectedly while "
-                                                              f"{out.step or 'starting'}: {type(e).__name__}: {e}")
+            out.error = OperationFailed(
+                500,
+                "InternalError",
+                f"the agent failed unexpectedly while {out.step or 'starting'}: {type(e).__name__}: {e}",
+            )
 
     # ---- references ------------------------------------------------------------------------------
 
@@ -206,7 +242,7 @@ class ClusterOperations:
         ref = _text(request.get("manifestName"), "manifestName")
         kind_ref, _, name = ref.strip().partition(" ")
         if not name.strip():
-            raise bad_request(f"manifestName {ref!r} must be \"kind name\", e.g. \"deployment my-app\"")
+            raise bad_request(f'manifestName {ref!r} must be "kind name", e.g. "deployment my-app"')
         kind = await self.resources.for_reference(kind_ref)
         namespace = _text(request.get("location"), "location", required=False) if kind.namespaced else ""
         return kind, (namespace or "default") if kind.namespaced else "", name.strip()
@@ -225,13 +261,26 @@ class ClusterOperations:
                 if e.status != 409 or attempt == CONFLICT_ATTEMPTS - 1 or _is_field_manager_conflict(e):
                     raise
                 log.info("write conflicted (%s); retrying", e.message)
-                await asyncio.sleep(0.05 * 2 ** attempt)
+                await asyncio.sleep(0.05 * 2**attempt)
 
-    async def _patch(self, kind: KindInfo, namespace: str, name: str, body: Any, content_type: str,
-                     field_manager: str = DEFAULT_FIELD_MANAGER, sub: str = "", **params: str) -> dict[str, Any]:
+    async def _patch(
+        self,
+        kind: KindInfo,
+        namespace: str,
+        name: str,
+        body: Any,
+        content_type: str,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        sub: str = "",
+        **params: str,
+    ) -> dict[str, Any]:
         return await self.client.request(
-            "PATCH", self._path(kind, namespace, name, sub), body=body, content_type=content_type,
-            params={"fieldManager": field_manager, "fieldValidation": "Strict", **params})
+            "PATCH",
+            self._path(kind, namespace, name, sub),
+            body=body,
+            content_type=content_type,
+            params={"fieldManager": field_manager, "fieldValidation": "Strict", **params},
+        )
 
     async def deploy_manifest(self, request: dict[str, Any], out: Outcome) -> None:
         """Server-side apply of every manifest, dependencies first; stops at the first refusal."""
@@ -248,8 +297,12 @@ class ClusterOperations:
         checked = [self._check_manifest(i, m) for i, m in enumerate(manifests)]
         # Every manifest is resolved before any is applied: a kind the cluster does not serve
         # fails the deploy with nothing applied, unless a CRD of this same deploy defines it.
-        defined = {gvk for m in manifests if isinstance(m, dict) and m.get("kind") == "CustomResourceDefinition"
-                   for gvk in _crd_kinds(m)}
+        defined = {
+            gvk
+            for m in manifests
+            if isinstance(m, dict) and m.get("kind") == "CustomResourceDefinition"
+            for gvk in _crd_kinds(m)
+        }
         kinds: list[KindInfo | None] = []
         problems = []
         for i, m in enumerate(checked):
@@ -277,14 +330,18 @@ class ClusterOperations:
             what = describe(kind, meta["name"], meta.get("namespace", ""))
             out.step = f"applying {what}"
             try:
-                applied = await self._retrying(lambda: self._patch(
-                    kind, meta.get("namespace", ""), meta["name"], body, APPLY, manager,
-                    **({"force": "true"} if force else {})))
+                namespace, name = meta.get("namespace", ""), meta["name"]
+                params = {"force": "true"} if force else {}
+                applied = await self._retrying(
+                    functools.partial(self._patch, kind, namespace, name, body, APPLY, manager, **params)
+                )
             except KubeError as e:
-                rest = [manifest_name(checked[j]["kind"], checked[j]["metadata"]["name"]) for j in order[position + 1:]]
+                rest = [
+                    manifest_name(checked[j]["kind"], checked[j]["metadata"]["name"]) for j in order[position + 1 :]
+                ]
                 out.output |= {"failedManifest": manifest_name(kind, meta["name"]), "notApplied": rest}
-                done = f"; applied before it: {', '.join(manifest_name(o['kind'], o['metadata']['name']) for o in out.objects)}" \
-                    if out.objects else "; nothing was applied"
+                before = ", ".join(manifest_name(o["kind"], o["metadata"]["name"]) for o in out.objects)
+                done = f"; applied before it: {before}" if out.objects else "; nothing was applied"
                 if isinstance(e, APIError):
                     raise api_failure(e, what, done) from None
                 raise OperationFailed(503, "ServiceUnavailable", f"{what}: {e}{done}") from None
@@ -316,8 +373,9 @@ class ClusterOperations:
         if not isinstance(meta, dict):
             raise bad_request(f"{label}: metadata is missing")
         if not isinstance(name, str) or not name:
-            raise bad_request(f"{label}: metadata.name is missing (server-side apply needs a name; "
-                              "generateName is for runJob)")
+            raise bad_request(
+                f"{label}: metadata.name is missing (server-side apply needs a name; generateName is for runJob)"
+            )
         return m
 
     async def patch_manifest(self, request: dict[str, Any], out: Outcome) -> None:
@@ -365,7 +423,9 @@ class ClusterOperations:
     async def rolling_restart_manifest(self, request: dict[str, Any], out: Outcome) -> None:
         kind, namespace, name = await self._target(request)
         if (kind.group, kind.kind) not in {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet")}:
-            raise bad_request(f"a rolling restart is supported for Deployments, StatefulSets and DaemonSets, not {kind.kind}")
+            raise bad_request(
+                f"a rolling restart is supported for Deployments, StatefulSets and DaemonSets, not {kind.kind}"
+            )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}}
         out.step = f"restarting {describe(kind, name, namespace)}"
@@ -385,22 +445,31 @@ class ClusterOperations:
             deployment = await self.client.get(self._path(kind, namespace, name))
             spec = deployment.get("spec") or {}
             if spec.get("paused"):
-                raise OperationFailed(400, "BadRequest", f"cannot undo the rollout of {what} while it is paused; "
-                                                         "resume it first")
+                raise OperationFailed(
+                    400, "BadRequest", f"cannot undo the rollout of {what} while it is paused; resume it first"
+                )
             history = await self._revisions(namespace, deployment)
             if not history:
                 raise OperationFailed(404, "NotFound", f"{what} has no rollout history")
             current = max(history)
             if wanted:
                 if wanted not in history:
-                    raise OperationFailed(404, "NotFound", f"revision {wanted} of {what} not found; revisions kept: "
-                                                           f"{', '.join(map(str, sorted(history)))}")
+                    raise OperationFailed(
+                        404,
+                        "NotFound",
+                        f"revision {wanted} of {what} not found; revisions kept: "
+                        f"{', '.join(map(str, sorted(history)))}",
+                    )
                 target = wanted
             else:
                 older = sorted((r for r in history if r < current), reverse=True)
                 if len(older) < back_n:
-                    raise OperationFailed(404, "NotFound", f"{what} has no revision {back_n} back from revision "
-                                                           f"{current}; revisions kept: {', '.join(map(str, sorted(history)))}")
+                    raise OperationFailed(
+                        404,
+                        "NotFound",
+                        f"{what} has no revision {back_n} back from revision "
+                        f"{current}; revisions kept: {', '.join(map(str, sorted(history)))}",
+                    )
                 target = older[back_n - 1]
             template = _without_hash(((history[target].get("spec") or {}).get("template")) or {})
             out.output["revision"] = target
@@ -412,11 +481,16 @@ class ClusterOperations:
             # As kubectl: the Deployment takes the ReplicaSet's annotations (change-cause...), but
             # keeps its own of those the controller and kubectl manage.
             annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in UNDO_KEEPS}
-            annotations |= {k: v for k, v in ((history[target].get("metadata") or {}).get("annotations") or {}).items()
-                            if k not in UNDO_KEEPS}
-            patch = [{"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
-                     {"op": "replace", "path": "/spec/template", "value": template},
-                     {"op": "add", "path": "/metadata/annotations", "value": annotations}]
+            annotations |= {
+                k: v
+                for k, v in ((history[target].get("metadata") or {}).get("annotations") or {}).items()
+                if k not in UNDO_KEEPS
+            }
+            patch = [
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+                {"op": "replace", "path": "/spec/template", "value": template},
+                {"op": "add", "path": "/metadata/annotations", "value": annotations},
+            ]
             out.step = f"rolling {what} back to revision {target}"
             try:
                 out.record(kind, await self._patch(kind, namespace, name, patch, PATCH_TYPES["json"]))
@@ -424,14 +498,16 @@ class ClusterOperations:
             except APIError as e:
                 if e.status != 409 or attempt == CONFLICT_ATTEMPTS - 1:
                     raise
-                await asyncio.sleep(0.05 * 2 ** attempt)
+                await asyncio.sleep(0.05 * 2**attempt)
 
     async def _revisions(self, namespace: str, deployment: dict[str, Any]) -> dict[int, dict[str, Any]]:
         """The Deployment's ReplicaSets by revision (those it controls, by owner uid)."""
         uid = (deployment.get("metadata") or {}).get("uid")
         match = ((deployment.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        listed = await self.client.get(f"/apis/apps/v1/namespaces/{namespace}/replicasets",
-                                       params={"labelSelector": _selector(match)} if match else None)
+        listed = await self.client.get(
+            f"/apis/apps/v1/namespaces/{namespace}/replicasets",
+            params={"labelSelector": _selector(match)} if match else None,
+        )
         out: dict[int, dict[str, Any]] = {}
         for rs in (listed or {}).get("items") or []:
             meta = rs.get("metadata") or {}
@@ -478,12 +554,16 @@ class ClusterOperations:
             meta = answer.get("metadata") or {}
             # The deleted object, or (once it is gone) a Status whose details name its uid. An
             # object of the same name with another uid, later, is a new one (a recreated pod).
-            uid = str(meta.get("uid") or "") if answer.get("kind") != "Status" else \
-                str((answer.get("details") or {}).get("uid") or "")
+            uid = (
+                str(meta.get("uid") or "")
+                if answer.get("kind") != "Status"
+                else str((answer.get("details") or {}).get("uid") or "")
+            )
             uids[(kind, namespace, name)] = uid
             deleted.append(_ref(kind, namespace, name))
-            out.touched.append(Touched(kind, namespace, name, str(meta.get("resourceVersion") or ""), deleted=True,
-                                       uid=uid))
+            out.touched.append(
+                Touched(kind, namespace, name, str(meta.get("resourceVersion") or ""), deleted=True, uid=uid)
+            )
         if gone:
             out.output["alreadyGone"] = gone
         for (kind, namespace, name), uid in uids.items():
@@ -511,8 +591,9 @@ class ClusterOperations:
                 targets.append((kind, meta.get("namespace") or "", meta.get("name") or ""))
         return targets
 
-    async def _wait(self, kind: KindInfo, namespace: str, name: str,
-                    done: Callable[[dict[str, Any] | None], bool]) -> dict[str, Any] | None:
+    async def _wait(
+        self, kind: KindInfo, namespace: str, name: str, done: Callable[[dict[str, Any] | None], bool]
+    ) -> dict[str, Any] | None:
         """Until `done(object or None)`: a read, then a watch of that one object from the read's
         version; a watch that ends (timeout, 410 Gone) starts over with a read. The caller's
         deadline bounds it."""
@@ -531,9 +612,13 @@ class ClusterOperations:
             if done(obj):
                 return obj
             assert obj is not None
-            params = {"watch": "1", "fieldSelector": f"metadata.name={name}", "allowWatchBookmarks": "true",
-                      "resourceVersion": str((obj.get("metadata") or {}).get("resourceVersion") or ""),
-                      "timeoutSeconds": "300"}
+            params = {
+                "watch": "1",
+                "fieldSelector": f"metadata.name={name}",
+                "allowWatchBookmarks": "true",
+                "resourceVersion": str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+                "timeoutSeconds": "300",
+            }
             async with self.client.stream("GET", path, params=params) as resp:
                 pending = b""
                 try:
@@ -575,12 +660,19 @@ class ClusterOperations:
         meta = dict(manifest.get("metadata") or {})
         if not meta.get("name") and not meta.get("generateName"):
             raise bad_request("the Job needs metadata.name or metadata.generateName")
-        namespace = (_text(request.get("namespaceOverride") or request.get("namespace"), "namespace", required=False)
-                     or meta.get("namespace") or "default")
+        namespace = (
+            _text(request.get("namespaceOverride") or request.get("namespace"), "namespace", required=False)
+            or meta.get("namespace")
+            or "default"
+        )
         meta["namespace"] = namespace
         out.step = f"creating job {meta.get('name') or meta['generateName'] + '...'} in namespace {namespace}"
-        job = await self.client.request("POST", kind.path(namespace), body={**manifest, "metadata": meta},
-                                        params={"fieldManager": DEFAULT_FIELD_MANAGER, "fieldValidation": "Strict"})
+        job = await self.client.request(
+            "POST",
+            kind.path(namespace),
+            body={**manifest, "metadata": meta},
+            params={"fieldManager": DEFAULT_FIELD_MANAGER, "fieldValidation": "Strict"},
+        )
         name = job["metadata"]["name"]
         out.record(kind, job)
         if request.get("waitForCompletion", True) is False:
@@ -599,16 +691,22 @@ class ClusterOperations:
         out.touched = out.touched[-1:]
         outcome, reason = _job_finished(job) or ("", "")
         status = job.get("status") or {}
-        out.output["jobStatus"] = {"name": name, "namespace": namespace, "status": outcome,
-                                   "succeeded": status.get("succeeded", 0), "failed": status.get("failed", 0),
-                                   "completionTime": status.get("completionTime")}
+        out.output["jobStatus"] = {
+            "name": name,
+            "namespace": namespace,
+            "status": outcome,
+            "succeeded": status.get("succeeded", 0),
+            "failed": status.get("failed", 0),
+            "completionTime": status.get("completionTime"),
+        }
         out.step = f"reading the logs of job {name}"
         out.output["logs"] = await self._job_logs(namespace, job)
         if outcome == "failed":
             raise OperationFailed(500, "JobFailed", f"job {name} in namespace {namespace} failed: {reason}")
 
-    async def _job_timed_out(self, kind: KindInfo, namespace: str, created: dict[str, Any],
-                             out: Outcome) -> OperationFailed:
+    async def _job_timed_out(
+        self, kind: KindInfo, namespace: str, created: dict[str, Any], out: Outcome
+    ) -> OperationFailed:
         """The failure of a Job still running at the deadline: what each of its pods is doing, read
         in the time kept before the deadline (on a cluster with no node or no scheduler for them,
         "Pending" alone would not say why). The Job is kept, as Clouddriver keeps it: the user can
@@ -622,28 +720,47 @@ class ClusterOperations:
         except KubeError:
             pass  # the state at creation still names the pods' selector
         status = job.get("status") or {}
-        report: dict[str, Any] = {"name": name, "namespace": namespace, "status": "running",
-                                  "active": status.get("active", 0), "succeeded": status.get("succeeded", 0),
-                                  "failed": status.get("failed", 0)}
+        report: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "status": "running",
+            "active": status.get("active", 0),
+            "succeeded": status.get("succeeded", 0),
+            "failed": status.get("failed", 0),
+        }
         out.output["jobStatus"] = report
         try:
             pods = await self._job_pods(namespace, job)
         except KubeError as e:
             doing = f"its pods could not be read ({e})"
         else:
-            pods.sort(key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""),
-                                     str((p.get("metadata") or {}).get("name") or "")))
+            pods.sort(
+                key=lambda p: (
+                    str((p.get("metadata") or {}).get("creationTimestamp") or ""),
+                    str((p.get("metadata") or {}).get("name") or ""),
+                )
+            )
             states = [_pod_state(p) for p in pods]
             report["pods"] = states[:MAX_REPORTED_PODS]
             shown = states[:MAX_PODS_IN_MESSAGE]
             if len(states) > len(shown):
                 shown.append(f"and {len(states) - len(shown)} more pod(s) (see jobStatus.pods)")
-            doing = "; ".join(shown) if states else (
-                "it has created no pod: it is suspended (spec.suspend)" if (job.get("spec") or {}).get("suspend")
-                else "it has created no pod yet")
-        return OperationFailed(504, "Timeout", f"{where} did not complete before the operation's deadline: {doing}. "
-                                               f"The Job {namespace}/{name} was left in place; delete it with a "
-                                               f"deleteManifest of 'job {name}'")
+            doing = (
+                "; ".join(shown)
+                if states
+                else (
+                    "it has created no pod: it is suspended (spec.suspend)"
+                    if (job.get("spec") or {}).get("suspend")
+                    else "it has created no pod yet"
+                )
+            )
+        return OperationFailed(
+            504,
+            "Timeout",
+            f"{where} did not complete before the operation's deadline: {doing}. "
+            f"The Job {namespace}/{name} was left in place; delete it with a "
+            f"deleteManifest of 'job {name}'",
+        )
 
     async def _job_pods(self, namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
         match = ((job.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
@@ -671,8 +788,9 @@ class ClusterOperations:
         if tail_lines is not None:
             params["tailLines"] = str(tail_lines)
         kept = bytearray()
-        async with self.client.stream("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params=params,
-                                      accept="text/plain, */*", timeout=60) as resp:
+        async with self.client.stream(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params=params, accept="text/plain, */*", timeout=60
+        ) as resp:
             try:
                 async for chunk in resp.content.iter_any():
                     kept += chunk
@@ -689,8 +807,9 @@ class ClusterOperations:
         container = _text(request.get("container"), "container", required=False)
         tail = request.get("tailLines")
         out.step = f"reading the log of pod {pod} in namespace {namespace}"
-        out.output["log"] = await self.pod_log(namespace, pod, container,
-                                               _integer(tail, "tailLines") if tail not in (None, "") else None)
+        out.output["log"] = await self.pod_log(
+            namespace, pod, container, _integer(tail, "tailLines") if tail not in (None, "") else None
+        )
 
     async def get_manifest(self, request: dict[str, Any], out: Outcome) -> None:
         """Read-only: the live object (what a forced cache refresh waits for), or that there is none."""
@@ -762,21 +881,30 @@ def _pod_state(pod: dict[str, Any]) -> str:
     conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
     for c in conditions:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            why.append(f"not scheduled: {c.get('reason') or 'Unschedulable'}"
-                       + (f": {c['message']}" if c.get("message") else ""))
-    if phase == "Pending" and not (pod.get("spec") or {}).get("nodeName") \
-            and not any(c.get("type") == "PodScheduled" for c in conditions):
+            why.append(
+                f"not scheduled: {c.get('reason') or 'Unschedulable'}"
+                + (f": {c['message']}" if c.get("message") else "")
+            )
+    if (
+        phase == "Pending"
+        and not (pod.get("spec") or {}).get("nodeName")
+        and not any(c.get("type") == "PodScheduled" for c in conditions)
+    ):
         why.append("no node assigned yet: no scheduler has placed it (is one running, and is any node ready?)")
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         state = (cs.get("state") or {}) if isinstance(cs, dict) else {}
         if state.get("waiting"):
             w = state["waiting"]
-            why.append(f"container {cs.get('name')} waiting: {w.get('reason') or 'unknown reason'}"
-                       + (f": {w['message']}" if w.get("message") else ""))
+            why.append(
+                f"container {cs.get('name')} waiting: {w.get('reason') or 'unknown reason'}"
+                + (f": {w['message']}" if w.get("message") else "")
+            )
         elif (state.get("terminated") or {}).get("exitCode"):
             t = state["terminated"]
-            why.append(f"container {cs.get('name')} exited with {t.get('exitCode')}"
-                       + (f" ({t['reason']})" if t.get("reason") else ""))
+            why.append(
+                f"container {cs.get('name')} exited with {t.get('exitCode')}"
+                + (f" ({t['reason']})" if t.get("reason") else "")
+            )
     return f"pod {name} {phase}" + (f" ({'; '.join(why)})" if why else "")
 
 

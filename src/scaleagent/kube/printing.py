@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = ["human_duration", "parse_time", "pod_ready", "since", "service_ports"]
@@ -17,7 +17,7 @@ def parse_time(value: Any) -> datetime | None:
         t = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def human_duration(seconds: float) -> str:
@@ -57,7 +57,7 @@ def since(value: Any, now: datetime | None = None) -> str:
     t = parse_time(value)
     if t is None:
         return "<invalid>"
-    return human_duration(((now or datetime.now(timezone.utc)) - t).total_seconds())
+    return human_duration(((now or datetime.now(UTC)) - t).total_seconds())
 
 
 def pod_ready(pod: dict[str, Any]) -> str:

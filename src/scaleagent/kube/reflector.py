@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import Any, AsyncContextManager, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import aiohttp
 import orjson
@@ -40,9 +42,6 @@ READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent conn
 IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a watch counts as dead
 
 
-
-
-
 class Backoff:
     """Exponential backoff with full jitter (client-go: 800ms doubling to 30s)."""
 
@@ -51,7 +50,7 @@ class Backoff:
         self.attempt = 0
 
     def next(self) -> float:
-        delay = min(self.maximum, self.initial * (2 ** self.attempt))
+        delay = min(self.maximum, self.initial * (2**self.attempt))
         self.attempt += 1
         return random.uniform(delay / 2, delay)
 
@@ -61,8 +60,18 @@ class Backoff:
 
 def _object_event(account: str, kind: KindInfo, type_: str, obj: dict[str, Any], raw: bytes) -> ObjectEvent:
     meta = obj.get("metadata") or {}
-    return ObjectEvent(account, kind.group, kind.version, kind.kind, meta.get("namespace", ""), meta.get("name", ""),
-                       meta.get("uid", ""), meta.get("resourceVersion", ""), type_, raw)
+    return ObjectEvent(
+        account,
+        kind.group,
+        kind.version,
+        kind.kind,
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        meta.get("uid", ""),
+        meta.get("resourceVersion", ""),
+        type_,
+        raw,
+    )
 
 
 def _number(rv: str | None) -> int | None:
@@ -72,11 +81,22 @@ def _number(rv: str | None) -> int | None:
 
 class Reflector:
     def __init__(
-        self, client: KubeClient, kind: KindInfo, handler: Handler, *, account: str, namespace: str | None = None,
-        budget: Callable[[], AsyncContextManager[Any]] | None = None, page_size: int = 500,
-        field_selector: str = "", metadata_only: bool = False, transform: Transform | None = None,
-        on_state: StateCallback | None = None, watch_timeout: tuple[int, int] = (300, 600),
-        before_resume: Check | None = None, idle_timeout: float = IDLE_TIMEOUT,
+        self,
+        client: KubeClient,
+        kind: KindInfo,
+        handler: Handler,
+        *,
+        account: str,
+        namespace: str | None = None,
+        budget: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+        page_size: int = 500,
+        field_selector: str = "",
+        metadata_only: bool = False,
+        transform: Transform | None = None,
+        on_state: StateCallback | None = None,
+        watch_timeout: tuple[int, int] = (300, 600),
+        before_resume: Check | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self.client, self.kind, self.handler = client, kind, handler
         self.account, self.namespace = account, namespace
@@ -201,8 +221,12 @@ class Reflector:
             if token:
                 params["continue"] = token
             try:
-                page = await self.client.get(self.kind.path(self.namespace), params=params, bulk=True,
-                                             accept=META_LIST if self.metadata_only else None)
+                page = await self.client.get(
+                    self.kind.path(self.namespace),
+                    params=params,
+                    bulk=True,
+                    accept=META_LIST if self.metadata_only else None,
+                )
             except APIError as e:
                 if e.status == 410 and token:  # the snapshot expired between pages: start over
                     await self.handler([self._marker(SNAPSHOT_BEGIN)])
@@ -227,14 +251,23 @@ class Reflector:
         """
         timeout = random.randint(*self.watch_timeout)
         started = asyncio.get_running_loop().time()
-        params = {**self._params(), "watch": "1", "allowWatchBookmarks": "true",
-                  "resourceVersion": self.resource_version or "", "timeoutSeconds": str(timeout)}
+        params = {
+            **self._params(),
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": self.resource_version or "",
+            "timeoutSeconds": str(timeout),
+        }
         delivered = 0
         self._resumed_from = _number(self.resource_version)
         self._stream_started = asyncio.get_running_loop().time()
-        async with self.client.stream("GET", self.kind.path(self.namespace), params=params,
-                                      accept=META_ONE if self.metadata_only else None,
-                                      read_timeout=min(self.idle_timeout, timeout + READ_SLACK)) as resp:
+        async with self.client.stream(
+            "GET",
+            self.kind.path(self.namespace),
+            params=params,
+            accept=META_ONE if self.metadata_only else None,
+            read_timeout=min(self.idle_timeout, timeout + READ_SLACK),
+        ) as resp:
             self.failures = 0  # the server accepted the watch: this kind is making progress again
             self.on_state("watching", "")
             pending = b""
@@ -244,12 +277,16 @@ class Reflector:
                     chunk = await chunks.__anext__()
                 except StopAsyncIteration:
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     # Silent past the bookmark interval: a connection the network left half-open,
                     # or a server without periodic bookmarks. Not a failure: resume from the last
                     # version seen, once the server has been checked (a resume is suspect).
-                    log.debug("%s %s: nothing received for %gs; resuming the watch on a new connection",
-                              self.account, self.kind.qualified, self.idle_timeout)
+                    log.debug(
+                        "%s %s: nothing received for %gs; resuming the watch on a new connection",
+                        self.account,
+                        self.kind.qualified,
+                        self.idle_timeout,
+                    )
                     self.resumes += 1
                     self._suspect = True
                     return delivered
@@ -286,12 +323,13 @@ class Reflector:
                 msg = orjson.loads(line)
                 type_, obj = msg["type"], msg["object"]
             except (orjson.JSONDecodeError, KeyError, TypeError):
-                log.warning("%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified,
-                            len(line))
+                log.warning(
+                    "%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified, len(line)
+                )
                 continue
             if type_ in CHANGES and isinstance(obj, dict):
                 prefix = b'{"type":"' + type_.encode() + b'","object":'
-                raw = line[len(prefix):-1] if line.startswith(prefix) and line.endswith(b"}") else None
+                raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
                 event = self._encode(type_, obj, raw)
                 rv = event.resource_version or rv
                 self._check_forward(event.resource_version)
@@ -309,20 +347,25 @@ class Reflector:
         held = _number(self.resource_version)
         if held is None:
             return
-        page = await self.client.get(self.kind.path(self.namespace), params={**self._params(), "limit": "1"},
-                                     accept=META_LIST)
+        page = await self.client.get(
+            self.kind.path(self.namespace), params={**self._params(), "limit": "1"}, accept=META_LIST
+        )
         current = _number(str(((page or {}).get("metadata") or {}).get("resourceVersion") or ""))
         if current is not None and held > current:
-            raise ClusterReplaced(f"the watch of {self.kind.qualified} would resume from resourceVersion {held}, but "
-                                  f"the cluster is at {current}: it was restored from an older state")
+            raise ClusterReplaced(
+                f"the watch of {self.kind.qualified} would resume from resourceVersion {held}, but "
+                f"the cluster is at {current}: it was restored from an older state"
+            )
 
     def _check_forward(self, rv: str) -> None:
         """A watch only delivers changes newer than the version it started from; an older one
         means the server's storage is not the one that version came from."""
         number = _number(rv)
         if number is not None and self._resumed_from is not None and number < self._resumed_from:
-            raise ClusterReplaced(f"a watch of {self.kind.qualified} delivered resourceVersion {rv}, older than "
-                                  f"{self._resumed_from} which it resumed from: the cluster's storage was replaced")
+            raise ClusterReplaced(
+                f"a watch of {self.kind.qualified} delivered resourceVersion {rv}, older than "
+                f"{self._resumed_from} which it resumed from: the cluster's storage was replaced"
+            )
 
     @staticmethod
     def _watch_error(status: dict[str, Any]) -> Exception:

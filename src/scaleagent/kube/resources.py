@@ -21,7 +21,6 @@ from .errors import APIError, UnknownKind
 __all__ = ["ResourceMap", "UnknownKind"]
 
 
-
 def _resources(doc: Any, group: str, version: str) -> list[KindInfo]:
     out = []
     for r in (doc or {}).get("resources") or []:
@@ -57,7 +56,7 @@ class ResourceMap:
     async def for_manifest(self, api_version: Any, kind: Any) -> KindInfo:
         """The resource a manifest's `apiVersion` and `kind` name, at exactly that version."""
         if not isinstance(api_version, str) or not api_version or api_version.count("/") > 1:
-            raise UnknownKind(f"apiVersion {api_version!r} is not valid (expected \"v1\" or \"group/version\")")
+            raise UnknownKind(f'apiVersion {api_version!r} is not valid (expected "v1" or "group/version")')
         if not isinstance(kind, str) or not kind:
             raise UnknownKind("kind is missing")
         for refresh in (False, True):
@@ -98,8 +97,11 @@ class ResourceMap:
             raise UnknownKind(f"kind {ref!r} is not valid")
         lname, lgroup = name.lower(), group.lower()
         for refresh in (False, True):
-            matches = [k for k in await self._all_preferred(refresh)
-                       if lname in (k.kind.lower(), k.plural.lower()) and (not group or k.group.lower() == lgroup)]
+            matches = [
+                k
+                for k in await self._all_preferred(refresh)
+                if lname in (k.kind.lower(), k.plural.lower()) and (not group or k.group.lower() == lgroup)
+            ]
             if matches:
                 return sorted(matches, key=lambda k: (k.group != "", k.group))[0]
         raise UnknownKind(f"kind {ref!r} is not served by this cluster")

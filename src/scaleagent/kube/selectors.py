@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 
-
 # --------------------------------------------------------------------------
 # Go-compatible formatting helpers (fmt %q, field.Error, utilerrors.Aggregate)
 # --------------------------------------------------------------------------
@@ -96,8 +95,7 @@ _QNAME_CHAR_FMT = "[A-Za-z0-9]"
 _QNAME_EXT_CHAR_FMT = "[-A-Za-z0-9_.]"
 _QUALIFIED_NAME_FMT = "(" + _QNAME_CHAR_FMT + _QNAME_EXT_CHAR_FMT + "*)?" + _QNAME_CHAR_FMT
 _QUALIFIED_NAME_ERR_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
 )
 _QUALIFIED_NAME_MAX_LENGTH = 63
 _QUALIFIED_NAME_RE = re.compile(r"^" + _QUALIFIED_NAME_FMT + r"\Z")
@@ -168,8 +166,7 @@ def _is_qualified_name(value: str) -> list[str]:
         errs.append("name part " + _max_len_error(_QUALIFIED_NAME_MAX_LENGTH))
     if not _QUALIFIED_NAME_RE.match(name):
         errs.append(
-            "name part "
-            + _regex_error(_QUALIFIED_NAME_ERR_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
+            "name part " + _regex_error(_QUALIFIED_NAME_ERR_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
         )
     return errs
 
@@ -272,17 +269,23 @@ class Requirement:
         if operator in (IN, NOT_IN):
             if not vals:
                 errs.append(
-                    _invalid(values_path, _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty")
+                    _invalid(
+                        values_path, _go_string_slice(values), "for 'in', 'notin' operators, values set can't be empty"
+                    )
                 )
         elif operator in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS):
             if len(vals) != 1:
                 errs.append(
-                    _invalid(values_path, _go_string_slice(values), "exact-match compatibility requires one single value")
+                    _invalid(
+                        values_path, _go_string_slice(values), "exact-match compatibility requires one single value"
+                    )
                 )
         elif operator in (EXISTS, DOES_NOT_EXIST):
             if vals:
                 errs.append(
-                    _invalid(values_path, _go_string_slice(values), "values set must be empty for exists and does not exist")
+                    _invalid(
+                        values_path, _go_string_slice(values), "values set must be empty for exists and does not exist"
+                    )
                 )
         elif operator in (GREATER_THAN, LESS_THAN):
             if len(vals) != 1:
@@ -300,7 +303,8 @@ class Requirement:
                     )
         else:
             supported = ", ".join(go_quote(o) for o in _VALID_OPERATORS)
-            errs.append(f"{path + '.' if path else ''}operator: Unsupported value: {go_quote(operator)}: supported values: {supported}")
+            where = f"{path}." if path else ""
+            errs.append(f"{where}operator: Unsupported value: {go_quote(operator)}: supported values: {supported}")
         for i, v in enumerate(vals):
             verrs = _is_valid_label_value(v)
             if verrs:

@@ -65,10 +65,15 @@ class Churn:
     def _create(self) -> None:
         self._serial += 1
         name = f"churn-{self._serial:08d}"
-        self.cluster.create(self._cm, self.namespace, {
-            "metadata": {"name": name, "labels": {"app": "churn", "shard": str(self._serial % 10)}},
-            "data": {"value": str(self._rng.random()), "serial": str(self._serial)},
-        }, manager="kubesim-churn")
+        self.cluster.create(
+            self._cm,
+            self.namespace,
+            {
+                "metadata": {"name": name, "labels": {"app": "churn", "shard": str(self._serial % 10)}},
+                "data": {"value": str(self._rng.random()), "serial": str(self._serial)},
+            },
+            manager="kubesim-churn",
+        )
         self._names.append(name)
 
     def _update(self) -> None:
@@ -88,17 +93,26 @@ class Churn:
         name = f"churn-web-{self._rng.randrange(3)}"
         obj = self.cluster.store.get(self._deploy.storage_key, self.namespace, name)
         image = f"nginx:1.{self._rng.randrange(20, 28)}"
-        template = {"metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "web", "image": image}]}}
+        template = {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "web", "image": image}]}}
         try:
             if obj is None:
-                self.cluster.create(self._deploy, self.namespace, {
-                    "metadata": {"name": name, "labels": {"app": name}},
-                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template},
-                }, manager="kubesim-churn")
+                self.cluster.create(
+                    self._deploy,
+                    self.namespace,
+                    {
+                        "metadata": {"name": name, "labels": {"app": name}},
+                        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template},
+                    },
+                    manager="kubesim-churn",
+                )
             else:
-                self.cluster.update(self._deploy, self.namespace, name,
-                                    {**obj, "spec": {**obj["spec"], "template": template}}, manager="kubesim-churn")
+                self.cluster.update(
+                    self._deploy,
+                    self.namespace,
+                    name,
+                    {**obj, "spec": {**obj["spec"], "template": template}},
+                    manager="kubesim-churn",
+                )
             self.counts["update"] += 1
         except StatusError:
             pass

@@ -10,20 +10,28 @@ from __future__ import annotations
 import copy
 import secrets
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from . import events, patching, validation
-from .openapi import FieldValidator
 from .errors import StatusError, already_exists, bad_request, conflict, not_found
+from .openapi import FieldValidator
 from .rbac import Attributes, Authorizer, UserInfo, bootstrap_objects
 from .resources import Registry, ResourceType
 from .store import ADDED, DELETED, MODIFIED, Store
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Fields a client may not change: the server owns them.
-_SERVER_META = ("uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp",
-                "deletionGracePeriodSeconds", "selfLink")
+_SERVER_META = (
+    "uid",
+    "creationTimestamp",
+    "resourceVersion",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "selfLink",
+)
 
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -35,7 +43,7 @@ PATCH_TYPES = {
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _strip_for_compare(obj: dict[str, Any]) -> dict[str, Any]:
@@ -61,17 +69,25 @@ def _finalized(rt: ResourceType, obj: dict[str, Any]) -> bool:
 
 
 class Cluster:
-    def __init__(self, name: str, *, history: int = 10_000, watch_queue: int = 10_000, version: str = "v1.30.0") -> None:
+    def __init__(
+        self, name: str, *, history: int = 10_000, watch_queue: int = 10_000, version: str = "v1.30.0"
+    ) -> None:
         self.name = name
         self.version = version
         self.registry = Registry()
         self.store = Store(history=history, watch_queue=watch_queue)
         self.authorizer = Authorizer(self._rbac_lookup)
         self.tokens: dict[str, UserInfo] = {}
-        self.fields = FieldValidator(self.registry, lambda: self.store.items("apiextensions.k8s.io/customresourcedefinitions"))
+        self.fields = FieldValidator(
+            self.registry, lambda: self.store.items("apiextensions.k8s.io/customresourcedefinitions")
+        )
         for ns in SYSTEM_NAMESPACES:
-            self.create(self.rt("", "v1", "namespaces"), "", {"apiVersion": "v1", "kind": "Namespace",
-                                                              "metadata": {"name": ns}}, manager="kube-apiserver")
+            self.create(
+                self.rt("", "v1", "namespaces"),
+                "",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+                manager="kube-apiserver",
+            )
         for obj in bootstrap_objects():
             rt = self.rt_for(obj)
             self.create(rt, obj["metadata"].get("namespace", ""), obj, manager="kube-apiserver")
@@ -100,7 +116,9 @@ class Cluster:
     def authenticate_token(self, token: str) -> UserInfo | None:
         return self.tokens.get(token)
 
-    def add_token(self, user: str, groups: tuple[str, ...] = ("system:authenticated",), token: str | None = None) -> str:
+    def add_token(
+        self, user: str, groups: tuple[str, ...] = ("system:authenticated",), token: str | None = None
+    ) -> str:
         token = token or secrets.token_urlsafe(24)
         self.tokens[token] = UserInfo(user, groups)
         return token
@@ -135,10 +153,17 @@ class Cluster:
         if creating and ns.get("metadata", {}).get("deletionTimestamp"):
             raise StatusError(
                 403,
-                f"{rt.plural} \"\" is forbidden: unable to create new content in namespace {namespace} "
+                f'{rt.plural} "" is forbidden: unable to create new content in namespace {namespace} '
                 "because it is being terminated",
-                details={"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace",
-                                     "message": f"namespace {namespace} is being terminated"}]},
+                details={
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "field": "metadata.namespace",
+                            "message": f"namespace {namespace} is being terminated",
+                        }
+                    ]
+                },
             )
 
     # -- writes --------------------------------------------------------------------------------
@@ -159,18 +184,30 @@ class Cluster:
             raise bad_request("metadata must be an object")
         if rt.namespaced:
             if meta.get("namespace") not in (None, "", namespace):
-                raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
         if name is not None and meta.get("name") not in (None, name):
-            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)" % (meta.get("name"), name))
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
         if name is not None:
             meta["name"] = name
 
     def create(
-        self, rt: ResourceType, namespace: str, obj: dict[str, Any], *, manager: str = "", dry_run: bool = False,
-        subresource: str = "", field_validation: str | None = None, warnings: list[str] | None = None,
+        self,
+        rt: ResourceType,
+        namespace: str,
+        obj: dict[str, Any],
+        *,
+        manager: str = "",
+        dry_run: bool = False,
+        subresource: str = "",
+        field_validation: str | None = None,
+        warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """Create an object. `field_validation` None (internal writers) skips the unknown-field check."""
         if "create" not in rt.verbs:
@@ -184,11 +221,20 @@ class Cluster:
                 meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
             else:
                 raise StatusError(
-                    422, f'{rt.kind}{"." + rt.group if rt.group else ""} "" is invalid: metadata.name: Required value: '
-                         "name or generateName is required",
-                    details={"kind": rt.kind, "group": rt.group,
-                             "causes": [{"reason": "FieldValueRequired", "message": "Required value: name or generateName is required",
-                                         "field": "metadata.name"}]},
+                    422,
+                    f'{rt.kind}{"." + rt.group if rt.group else ""} "" is invalid: metadata.name: Required value: '
+                    "name or generateName is required",
+                    details={
+                        "kind": rt.kind,
+                        "group": rt.group,
+                        "causes": [
+                            {
+                                "reason": "FieldValueRequired",
+                                "message": "Required value: name or generateName is required",
+                                "field": "metadata.name",
+                            }
+                        ],
+                    },
                 )
         self._require_namespace(rt, namespace, creating=True)
         if self.store.get(rt.storage_key, namespace, meta["name"]) is not None:
@@ -212,8 +258,16 @@ class Cluster:
             self._allocate_service(obj, None)
         validation.validate(rt, obj)
         if manager:
-            obj = patching.record_update(None, obj, manager=manager, group=rt.group, version=rt.version,
-                                         kind=rt.kind, now=now_rfc3339(), subresource=subresource)
+            obj = patching.record_update(
+                None,
+                obj,
+                manager=manager,
+                group=rt.group,
+                version=rt.version,
+                kind=rt.kind,
+                now=now_rfc3339(),
+                subresource=subresource,
+            )
         if dry_run:
             return obj
         self.store.commit(rt.storage_key, ADDED, self._to_storage(rt, obj), None)
@@ -253,19 +307,36 @@ class Cluster:
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         if spec.get("type") in ("NodePort", "LoadBalancer"):
-            old_ports = {(p.get("port"), p.get("protocol")): p.get("nodePort") for p in before.get("ports") or []
-                         if isinstance(p, dict)}
-            taken_ports = {p.get("nodePort") for o in self.store.items("/services")
-                           for p in (o.get("spec") or {}).get("ports") or [] if isinstance(p, dict)}
+            old_ports = {
+                (p.get("port"), p.get("protocol")): p.get("nodePort")
+                for p in before.get("ports") or []
+                if isinstance(p, dict)
+            }
+            taken_ports = {
+                p.get("nodePort")
+                for o in self.store.items("/services")
+                for p in (o.get("spec") or {}).get("ports") or []
+                if isinstance(p, dict)
+            }
             for port in spec.get("ports") or []:
                 if isinstance(port, dict) and not port.get("nodePort"):
                     port["nodePort"] = old_ports.get((port.get("port"), port.get("protocol"))) or next(
-                        n for n in range(30000, 32768) if n not in taken_ports)
+                        n for n in range(30000, 32768) if n not in taken_ports
+                    )
                     taken_ports.add(port["nodePort"])
 
     def update(
-        self, rt: ResourceType, namespace: str, name: str, obj: dict[str, Any], *, subresource: str = "",
-        manager: str = "", dry_run: bool = False, _record: bool = True, field_validation: str | None = None,
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        obj: dict[str, Any],
+        *,
+        subresource: str = "",
+        manager: str = "",
+        dry_run: bool = False,
+        _record: bool = True,
+        field_validation: str | None = None,
         warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         """PUT semantics: optimistic concurrency on metadata.resourceVersion, status kept apart."""
@@ -276,13 +347,18 @@ class Cluster:
             raise not_found(rt.group, rt.plural, name)
         want_rv = obj["metadata"].get("resourceVersion")
         if want_rv and want_rv != old["metadata"]["resourceVersion"]:
-            raise conflict(rt.group, rt.plural, name,
-                           "the object has been modified; please apply your changes to the latest version and try again")
+            raise conflict(
+                rt.group,
+                rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
         obj = self._known_fields(rt, obj, field_validation, warnings)
         return self._write(rt, old, obj, subresource=subresource, manager=manager, dry_run=dry_run, record=_record)
 
-    def _known_fields(self, rt: ResourceType, obj: dict[str, Any], mode: str | None,
-                      warnings: list[str] | None) -> dict[str, Any]:
+    def _known_fields(
+        self, rt: ResourceType, obj: dict[str, Any], mode: str | None, warnings: list[str] | None
+    ) -> dict[str, Any]:
         """Drop unknown fields as the apiserver's decoder does, reporting them per fieldValidation."""
         if mode is None:
             return obj
@@ -292,8 +368,15 @@ class Cluster:
         return obj
 
     def _write(
-        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, subresource: str, manager: str,
-        dry_run: bool, record: bool = True,
+        self,
+        rt: ResourceType,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        *,
+        subresource: str,
+        manager: str,
+        dry_run: bool,
+        record: bool = True,
     ) -> dict[str, Any]:
         stored = old  # as stored; the rest compares and records in the shape `rt` serves
         old = self._as_version(rt, old)
@@ -316,9 +399,14 @@ class Cluster:
             new["spec"] = old.get("spec", {})
         elif rt.kind == "Namespace":
             new = {**old, "spec": new.get("spec", {}), "metadata": {**old_meta}}
-        if old_meta.get("deletionTimestamp") and set(new["metadata"].get("finalizers") or []) - set(old_meta.get("finalizers") or []):
-            raise StatusError(422, f'{rt.kind} "{old_meta["name"]}" is invalid: metadata.finalizers: Forbidden: '
-                                   "no new finalizers can be added if the object is being deleted")
+        if old_meta.get("deletionTimestamp") and set(new["metadata"].get("finalizers") or []) - set(
+            old_meta.get("finalizers") or []
+        ):
+            raise StatusError(
+                422,
+                f'{rt.kind} "{old_meta["name"]}" is invalid: metadata.finalizers: Forbidden: '
+                "no new finalizers can be added if the object is being deleted",
+            )
         validation.apply_defaults(rt, new)
         if (rt.group, rt.kind) == ("", "Service") and subresource != "status":
             self._allocate_service(new, old)
@@ -326,8 +414,16 @@ class Cluster:
         if (rt.generation or rt.custom) and subresource != "status" and _spec_changed(rt, old, new):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         if record and manager:
-            new = patching.record_update(old, new, manager=manager, group=rt.group, version=rt.version,
-                                         kind=rt.kind, now=now_rfc3339(), subresource=subresource)
+            new = patching.record_update(
+                old,
+                new,
+                manager=manager,
+                group=rt.group,
+                version=rt.version,
+                kind=rt.kind,
+                now=now_rfc3339(),
+                subresource=subresource,
+            )
         if _strip_for_compare(new) == _strip_for_compare(old):
             return self._as_version(rt, old)  # a no-op write does not bump resourceVersion
         if dry_run:
@@ -343,8 +439,18 @@ class Cluster:
         return self._as_version(rt, new)
 
     def patch(
-        self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: Any, *, manager: str = "",
-        force: bool = False, subresource: str = "", dry_run: bool = False, field_validation: str | None = None,
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        patch_type: str,
+        body: Any,
+        *,
+        manager: str = "",
+        force: bool = False,
+        subresource: str = "",
+        dry_run: bool = False,
+        field_validation: str | None = None,
         warnings: list[str] | None = None,
     ) -> dict[str, Any]:
         old = self.store.get(rt.storage_key, namespace, name)
@@ -377,34 +483,72 @@ class Cluster:
                 raise StatusError(415, f"unsupported patch type {patch_type!r}")
         except patching.PatchError as e:
             if e.code == 415:
-                raise StatusError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                       "application/json-patch+json, application/merge-patch+json, "
-                                       "application/apply-patch+yaml") from None
+                raise StatusError(
+                    415,
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json, "
+                    "application/apply-patch+yaml",
+                ) from None
             raise StatusError(e.code, e.message) from None
         new = validation.check_type(new, "patched object")
         want_rv = (new.get("metadata") or {}).get("resourceVersion")
         if want_rv and want_rv != old["metadata"]["resourceVersion"]:
-            raise conflict(rt.group, rt.plural, name,
-                           "the object has been modified; please apply your changes to the latest version and try again")
+            raise conflict(
+                rt.group,
+                rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
         self._identity(rt, namespace, new, name)
         new = self._known_fields(rt, new, field_validation, warnings)
         return self._write(rt, old, new, subresource=subresource, manager=manager, dry_run=dry_run)
 
-    def _ssa(self, rt: ResourceType, live: dict[str, Any] | None, applied: dict[str, Any], manager: str, force: bool,
-             now: str, subresource: str) -> dict[str, Any]:
+    def _ssa(
+        self,
+        rt: ResourceType,
+        live: dict[str, Any] | None,
+        applied: dict[str, Any],
+        manager: str,
+        force: bool,
+        now: str,
+        subresource: str,
+    ) -> dict[str, Any]:
         try:
-            return patching.server_side_apply(live, applied, manager=manager, force=force, group=rt.group,
-                                              version=rt.version, kind=rt.kind, now=now, subresource=subresource)
+            return patching.server_side_apply(
+                live,
+                applied,
+                manager=manager,
+                force=force,
+                group=rt.group,
+                version=rt.version,
+                kind=rt.kind,
+                now=now,
+                subresource=subresource,
+            )
         except patching.ApplyConflict as e:
-            raise StatusError(409, str(e), details={
-                "causes": [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
-                           for m, f in e.conflicts]}) from None
+            raise StatusError(
+                409,
+                str(e),
+                details={
+                    "causes": [
+                        {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
+                        for m, f in e.conflicts
+                    ]
+                },
+            ) from None
         except patching.PatchError as e:
             raise StatusError(e.code, e.message) from None
 
     def delete(
-        self, rt: ResourceType, namespace: str, name: str, *, propagation: str | None = None,
-        preconditions: dict[str, Any] | None = None, dry_run: bool = False, orphan_dependents: bool | None = None,
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+        dry_run: bool = False,
+        orphan_dependents: bool | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """DELETE, answered as the generic store does.
 
@@ -418,19 +562,33 @@ class Cluster:
         meta = old["metadata"]
         pre = preconditions or {}
         if pre.get("uid") and pre["uid"] != meta.get("uid"):
-            raise conflict(rt.group, rt.plural, name,
-                           f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}")
+            raise conflict(
+                rt.group,
+                rt.plural,
+                name,
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+            )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-            raise conflict(rt.group, rt.plural, name,
-                           f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                           f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+            raise conflict(
+                rt.group,
+                rt.plural,
+                name,
+                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+            )
         if propagation not in (None, "", "Background", "Foreground", "Orphan"):
-            raise StatusError(422, f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
-                                   f'"{propagation}": supported values: "Foreground", "Background", "Orphan", "nil"')
+            raise StatusError(
+                422,
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
+                f'"{propagation}": supported values: "Foreground", "Background", "Orphan", "nil"',
+            )
         if orphan_dependents is not None:
             if propagation:
-                raise StatusError(422, 'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Invalid value: '
-                                       f'"{propagation}": orphanDependents and deletionPropagation cannot be both set')
+                raise StatusError(
+                    422,
+                    'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Invalid value: '
+                    f'"{propagation}": orphanDependents and deletionPropagation cannot be both set',
+                )
             propagation = "Orphan" if orphan_dependents else "Background"
         held = 202 if orphan_dependents is False else 200
         finalizers = list(meta.get("finalizers") or [])
@@ -443,8 +601,12 @@ class Cluster:
             if meta.get("finalizers") or (is_namespace and (old.get("spec") or {}).get("finalizers")):
                 return held, self._as_version(rt, old)
         elif finalizers or is_namespace:  # a namespace is always emptied first
-            new_meta = {**meta, "finalizers": finalizers, "deletionTimestamp": now_rfc3339(),
-                        "deletionGracePeriodSeconds": 0}
+            new_meta = {
+                **meta,
+                "finalizers": finalizers,
+                "deletionTimestamp": now_rfc3339(),
+                "deletionGracePeriodSeconds": 0,
+            }
             new = {**old, "metadata": new_meta}
             if rt.generation or rt.custom:
                 new_meta["generation"] = int(meta.get("generation", 1)) + 1
@@ -482,10 +644,20 @@ class Cluster:
             "acceptedNames": crd["spec"]["names"],
             "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
             "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": now},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": now},
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": now,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": now,
+                },
             ],
         }
         # A new metadata dict: commit stamps the resourceVersion into it, and the ADDED event shares crd's.
@@ -497,17 +669,31 @@ class Cluster:
     def review(self, rt: ResourceType, user: UserInfo, body: dict[str, Any]) -> dict[str, Any]:
         body = validation.check_type(body)
         spec = body.get("spec") or {}
-        out: dict[str, Any] = {"kind": rt.kind, "apiVersion": rt.api_version,
-                               "metadata": {"creationTimestamp": None}, "spec": spec}
+        out: dict[str, Any] = {
+            "kind": rt.kind,
+            "apiVersion": rt.api_version,
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+        }
         if rt.kind == "SelfSubjectAccessReview":
             ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
             if bool(ra) == bool(nra):
-                raise StatusError(422, 'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Invalid value: '
-                                       "exactly one of nonResourceAttributes or resourceAttributes must be specified")
+                raise StatusError(
+                    422,
+                    'SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec: Invalid value: '
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                )
             if ra:
-                attrs = Attributes(user, ra.get("verb", ""), True, api_group=ra.get("group", ""),
-                                   resource=ra.get("resource", ""), subresource=ra.get("subresource", ""),
-                                   name=ra.get("name", ""), namespace=ra.get("namespace", ""))
+                attrs = Attributes(
+                    user,
+                    ra.get("verb", ""),
+                    True,
+                    api_group=ra.get("group", ""),
+                    resource=ra.get("resource", ""),
+                    subresource=ra.get("subresource", ""),
+                    name=ra.get("name", ""),
+                    namespace=ra.get("namespace", ""),
+                )
             else:
                 nra = nra or {}  # exactly one of the two is set (checked above)
                 attrs = Attributes(user, nra.get("verb", ""), False, path=nra.get("path", ""))

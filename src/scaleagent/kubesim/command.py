@@ -13,21 +13,47 @@ from .simulator import Simulator
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("kubesim", help="run simulated Kubernetes clusters (for tests and the demo)",
-                       description="Serve N simulated Kubernetes API servers over TLS on loopback, "
-                                   "each with its own CA, and write kubeconfigs to reach them.")
+    p = sub.add_parser(
+        "kubesim",
+        help="run simulated Kubernetes clusters (for tests and the demo)",
+        description="Serve N simulated Kubernetes API servers over TLS on loopback, "
+        "each with its own CA, and write kubeconfigs to reach them.",
+    )
     p.add_argument("--clusters", type=_positive, default=1, help="number of clusters (default 1)")
-    p.add_argument("--kubeconfig-dir", type=Path, default=Path(".kubesim"),
-                   help="where to write <cluster>.yaml (admin) and <cluster>-limited.yaml (default ./.kubesim)")
+    p.add_argument(
+        "--kubeconfig-dir",
+        type=Path,
+        default=Path(".kubesim"),
+        help="where to write <cluster>.yaml (admin) and <cluster>-limited.yaml (default ./.kubesim)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=0,
-                   help="port of the first cluster, the others follow; 0 picks free ports (default)")
-    p.add_argument("--churn", type=_non_negative, default=0.0, metavar="RATE",
-                   help="create/update/delete objects at RATE operations per second per cluster")
-    p.add_argument("--watch-history", type=_positive, default=10_000, metavar="N",
-                   help="changes kept per resource for watches to resume from; older ones get 410 Gone")
-    p.add_argument("--bookmark-interval", type=_positive_float, default=60.0, metavar="SECONDS",
-                   help="how often watches that allow bookmarks get one (default 60)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=0,
+        help="port of the first cluster, the others follow; 0 picks free ports (default)",
+    )
+    p.add_argument(
+        "--churn",
+        type=_non_negative,
+        default=0.0,
+        metavar="RATE",
+        help="create/update/delete objects at RATE operations per second per cluster",
+    )
+    p.add_argument(
+        "--watch-history",
+        type=_positive,
+        default=10_000,
+        metavar="N",
+        help="changes kept per resource for watches to resume from; older ones get 410 Gone",
+    )
+    p.add_argument(
+        "--bookmark-interval",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how often watches that allow bookmarks get one (default 60)",
+    )
     p.add_argument("--kube-version", default="v1.30.0", help="version reported by /version (default v1.30.0)")
     p.set_defaults(func=run)
 
@@ -42,8 +68,9 @@ def _number(kind: type, low: float, high: float | None = None, *, exclusive_low:
             raise argparse.ArgumentTypeError(f"not a{'n integer' if kind is int else ' number'}: {text!r}") from None
         if value < low or (exclusive_low and value == low) or (high is not None and value > high):
             bound = f"more than {low:g}" if exclusive_low else f"at least {low:g}"
-            raise argparse.ArgumentTypeError(f"must be {bound}{f' and at most {high:g}' if high is not None else ''}"
-                                             f", got {value:g}")
+            raise argparse.ArgumentTypeError(
+                f"must be {bound}{f' and at most {high:g}' if high is not None else ''}, got {value:g}"
+            )
         return value
 
     return parse
@@ -65,8 +92,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    sim = Simulator(clusters=args.clusters, host=args.host, base_port=args.port, history=args.watch_history,
-                    bookmark_interval=args.bookmark_interval, version=args.kube_version)
+    sim = Simulator(
+        clusters=args.clusters,
+        host=args.host,
+        base_port=args.port,
+        history=args.watch_history,
+        bookmark_interval=args.bookmark_interval,
+        version=args.kube_version,
+    )
     try:
         await sim.start()
     except OSError as e:
@@ -84,8 +117,11 @@ async def _serve(args: argparse.Namespace) -> int:
         print(f"kubesim: cluster {m.name} at {m.url}  admin kubeconfig: {admin}  limited kubeconfig: {limited}")
     first = paths[0][0]
     print(f"kubesim: try   kubectl --kubeconfig {first} get namespaces")
-    print(f"kubesim: ready ({len(sim.members)} cluster{'s' if len(sim.members) > 1 else ''}"
-          f"{f', churn {args.churn:g} ops/s each' if args.churn else ''}); Ctrl-C stops", flush=True)
+    print(
+        f"kubesim: ready ({len(sim.members)} cluster{'s' if len(sim.members) > 1 else ''}"
+        f"{f', churn {args.churn:g} ops/s each' if args.churn else ''}); Ctrl-C stops",
+        flush=True,
+    )
     await stop.wait()
     await sim.stop()
     print("kubesim: stopped", flush=True)

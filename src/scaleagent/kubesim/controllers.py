@@ -60,24 +60,39 @@ def _max_surge(spec: dict[str, Any], replicas: int) -> int:
 
 
 def _owner_ref(obj: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": controller, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
 
 
 # The one node kubesim pretends to have (there is no Node object): every pod that can be placed
 # runs there. Its labels are what a nodeSelector or a required node affinity is matched against.
 NODE_NAME = "kubesim-node"
-NODE_LABELS = {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
+NODE_LABELS = {
+    "kubernetes.io/hostname": NODE_NAME,
+    "kubernetes.io/os": "linux",
+    "kubernetes.io/arch": "amd64",
+    "beta.kubernetes.io/os": "linux",
+    "beta.kubernetes.io/arch": "amd64",
+}
 # kube-scheduler's FitError for one node that does not fit, followed by DefaultPreemption's verdict
 # (pkg/scheduler/framework/types.go, plugins/nodeaffinity: ErrReasonPod).
-UNSCHEDULABLE = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
-                 "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+UNSCHEDULABLE = (
+    "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+    "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+)
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 # What the root CA publisher (1.22+) annotates its ConfigMap with.
-ROOT_CA_DESCRIPTION = ("Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
-                       "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
-                       "guaranteed across distributions of Kubernetes clusters.")
+ROOT_CA_DESCRIPTION = (
+    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal "
+    "endpoints such as the internal service IP or kubernetes.default.svc. No other usage is "
+    "guaranteed across distributions of Kubernetes clusters."
+)
 
 
 def unschedulable(spec: dict[str, Any]) -> str:
@@ -94,7 +109,8 @@ def unschedulable(spec: dict[str, Any]) -> str:
     if any(NODE_LABELS.get(k) != v for k, v in selector.items()):
         return UNSCHEDULABLE
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is not None and not any(_term_matches(t) for t in required.get("nodeSelectorTerms") or []):
         return UNSCHEDULABLE
     return ""
@@ -106,7 +122,8 @@ def _term_matches(term: dict[str, Any]) -> bool:
     if not exprs and not fields:
         return False
     return all(_requirement(e, NODE_LABELS) for e in exprs) and all(
-        _requirement(f, {"metadata.name": NODE_NAME}) for f in fields)
+        _requirement(f, {"metadata.name": NODE_NAME}) for f in fields
+    )
 
 
 def _requirement(req: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -201,7 +218,8 @@ class Controllers:
         elif resource == "/namespaces" and ev.type != DELETED:
             self._enqueue("namespace-content", "", name)
         elif ((resource, name) == ("/serviceaccounts", "default") and ev.type == DELETED) or (
-                (resource, name) == ("/configmaps", ROOT_CA_CONFIGMAP)):
+            (resource, name) == ("/configmaps", ROOT_CA_CONFIGMAP)
+        ):
             self._enqueue("namespace-content", "", ns)  # recreated or set right, as the controllers do
         if ev.type == DELETED:
             self._requeue_terminating_owners(meta)
@@ -218,8 +236,9 @@ class Controllers:
             found = self._owner(meta, ref)
             if found is not None and found[1]["metadata"].get("deletionTimestamp"):
                 rt, owner = found
-                self._enqueue("gc", rt.storage_key, owner["metadata"].get("namespace", ""), ref["name"],
-                              owner["metadata"]["uid"])
+                self._enqueue(
+                    "gc", rt.storage_key, owner["metadata"].get("namespace", ""), ref["name"], owner["metadata"]["uid"]
+                )
 
     def _owner(self, meta: dict[str, Any], ref: dict[str, Any]) -> tuple[ResourceType, dict[str, Any]] | None:
         """The stored object an ownerReference of `meta` names (same uid), with its type; None if gone."""
@@ -237,7 +256,9 @@ class Controllers:
         if found is None:
             return False
         owner_meta = found[1]["metadata"]
-        return not (owner_meta.get("deletionTimestamp") and "foregroundDeletion" in (owner_meta.get("finalizers") or ()))
+        return not (
+            owner_meta.get("deletionTimestamp") and "foregroundDeletion" in (owner_meta.get("finalizers") or ())
+        )
 
     async def _run(self) -> None:
         while True:
@@ -307,22 +328,43 @@ class Controllers:
         if ns is None or ns["metadata"].get("deletionTimestamp"):
             return
         if self.c.store.get("/serviceaccounts", name, "default") is None:
-            self.c.create(self._rt["serviceaccounts"], name, {"apiVersion": "v1", "kind": "ServiceAccount",
-                                                              "metadata": {"name": "default"}}, manager=MANAGER)
+            self.c.create(
+                self._rt["serviceaccounts"],
+                name,
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
+                manager=MANAGER,
+            )
         if not self.root_ca:
             return
         cm = self.c.store.get("/configmaps", name, ROOT_CA_CONFIGMAP)
         data = {"ca.crt": self.root_ca}
         if cm is None:
-            self.c.create(self._rt["configmaps"], name, {
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": ROOT_CA_CONFIGMAP, "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
-                "data": data}, manager=MANAGER)
+            self.c.create(
+                self._rt["configmaps"],
+                name,
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": ROOT_CA_CONFIGMAP,
+                        "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION},
+                    },
+                    "data": data,
+                },
+                manager=MANAGER,
+            )
         elif cm.get("data") != data or not (cm["metadata"].get("annotations") or {}).get("kubernetes.io/description"):
-            annotations = {**(cm["metadata"].get("annotations") or {}), "kubernetes.io/description": ROOT_CA_DESCRIPTION}
-            self.c.update(self._rt["configmaps"], name, ROOT_CA_CONFIGMAP,
-                          {**cm, "metadata": {**cm["metadata"], "annotations": annotations}, "data": data},
-                          manager=MANAGER)
+            annotations = {
+                **(cm["metadata"].get("annotations") or {}),
+                "kubernetes.io/description": ROOT_CA_DESCRIPTION,
+            }
+            self.c.update(
+                self._rt["configmaps"],
+                name,
+                ROOT_CA_CONFIGMAP,
+                {**cm, "metadata": {**cm["metadata"], "annotations": annotations}, "data": data},
+                manager=MANAGER,
+            )
 
     def _finalize_namespace(self, name: str) -> None:
         ns = self.c.store.get("/namespaces", "", name)
@@ -330,14 +372,19 @@ class Controllers:
             return
         remaining = 0
         for rt in self.c.registry.types:
-            if not rt.namespaced or "delete" not in rt.verbs or (rt.custom and rt != self.c.registry.custom_types(rt.group, rt.plural)[0]):
+            if (
+                not rt.namespaced
+                or "delete" not in rt.verbs
+                or (rt.custom and rt != self.c.registry.custom_types(rt.group, rt.plural)[0])
+            ):
                 continue
             for obj in list(self.c.store.items(rt.storage_key, name)):
                 remaining += 1
                 if not obj["metadata"].get("deletionTimestamp"):
                     self._delete(rt, obj, "Background")
-        if remaining and any(True for rt in self.c.registry.types if rt.namespaced
-                             for _ in self.c.store.items(rt.storage_key, name)):
+        if remaining and any(
+            True for rt in self.c.registry.types if rt.namespaced for _ in self.c.store.items(rt.storage_key, name)
+        ):
             return  # finalizers elsewhere still hold objects; their deletion requeues us
         new = {**ns, "spec": {**ns.get("spec", {}), "finalizers": []}}
         self.c.update(self._rt["namespaces"], "", name, new, subresource="finalize", manager=MANAGER)
@@ -387,47 +434,81 @@ class Controllers:
             labels = {**(template.get("metadata") or {}).get("labels", {}), "pod-template-hash": h}
             sel = spec.get("selector") or {}
             rs: dict[str, Any] = {
-                "apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "metadata": {"name": f"{name}-{h}", "namespace": ns, "labels": labels,
-                             "annotations": {REVISION: str(max_rev + 1),
-                                             "deployment.kubernetes.io/desired-replicas": str(replicas),
-                                             MAX_REPLICAS: str(replicas + _max_surge(spec, replicas))},
-                             "ownerReferences": [_owner_ref(d)]},
-                "spec": {"replicas": replicas,
-                         "selector": {**sel, "matchLabels": {**sel.get("matchLabels", {}), "pod-template-hash": h}},
-                         "template": {**template, "metadata": {**(template.get("metadata") or {}), "labels": labels}}},
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"{name}-{h}",
+                    "namespace": ns,
+                    "labels": labels,
+                    "annotations": {
+                        REVISION: str(max_rev + 1),
+                        "deployment.kubernetes.io/desired-replicas": str(replicas),
+                        MAX_REPLICAS: str(replicas + _max_surge(spec, replicas)),
+                    },
+                    "ownerReferences": [_owner_ref(d)],
+                },
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {**sel, "matchLabels": {**sel.get("matchLabels", {}), "pod-template-hash": h}},
+                    "template": {**template, "metadata": {**(template.get("metadata") or {}), "labels": labels}},
+                },
             }
             current = self.c.create(rs_rt, ns, rs, manager=MANAGER)
         else:
             ann = current["metadata"].get("annotations", {})
-            want = {**ann, "deployment.kubernetes.io/desired-replicas": str(replicas),
-                    MAX_REPLICAS: str(replicas + _max_surge(spec, replicas))}
+            want = {
+                **ann,
+                "deployment.kubernetes.io/desired-replicas": str(replicas),
+                MAX_REPLICAS: str(replicas + _max_surge(spec, replicas)),
+            }
             if int(ann.get(REVISION, "0")) < max_rev:
                 want[REVISION] = str(max_rev + 1)  # a rollback makes the old ReplicaSet the newest revision
             if current["spec"].get("replicas") != replicas or want != ann:
-                current = self.c.update(rs_rt, ns, current["metadata"]["name"],
-                                        {**current, "metadata": {**current["metadata"], "annotations": want},
-                                         "spec": {**current["spec"], "replicas": replicas}}, manager=MANAGER)
+                current = self.c.update(
+                    rs_rt,
+                    ns,
+                    current["metadata"]["name"],
+                    {
+                        **current,
+                        "metadata": {**current["metadata"], "annotations": want},
+                        "spec": {**current["spec"], "replicas": replicas},
+                    },
+                    manager=MANAGER,
+                )
         if not spec.get("paused"):
             for rs in owned:
                 if rs["metadata"]["uid"] != current["metadata"]["uid"] and rs["spec"].get("replicas", 0) != 0:
-                    self.c.update(rs_rt, ns, rs["metadata"]["name"], {**rs, "spec": {**rs["spec"], "replicas": 0}},
-                                  manager=MANAGER)
+                    self.c.update(
+                        rs_rt,
+                        ns,
+                        rs["metadata"]["name"],
+                        {**rs, "spec": {**rs["spec"], "replicas": 0}},
+                        manager=MANAGER,
+                    )
             self._prune_history(d, owned, current)
         self._deployment_status(self.c.store.get("apps/deployments", ns, name) or d, owned, current)
 
     def _prune_history(self, d: dict[str, Any], owned: list[dict[str, Any]], current: dict[str, Any]) -> None:
         limit = int((d.get("spec") or {}).get("revisionHistoryLimit", 10))
-        old = [rs for rs in owned if rs["metadata"]["uid"] != current["metadata"]["uid"]
-               and rs["spec"].get("replicas", 0) == 0 and (rs.get("status") or {}).get("replicas", 0) == 0]
+        old = [
+            rs
+            for rs in owned
+            if rs["metadata"]["uid"] != current["metadata"]["uid"]
+            and rs["spec"].get("replicas", 0) == 0
+            and (rs.get("status") or {}).get("replicas", 0) == 0
+        ]
         old.sort(key=lambda rs: int(rs["metadata"].get("annotations", {}).get(REVISION, "0")))
         for rs in old[: max(0, len(old) - limit)]:
             self._delete(self._rt["replicasets"], rs, "Background")
 
-    def _deployment_status(self, d: dict[str, Any], owned: list[dict[str, Any]], current: dict[str, Any] | None) -> None:
+    def _deployment_status(
+        self, d: dict[str, Any], owned: list[dict[str, Any]], current: dict[str, Any] | None
+    ) -> None:
         ns = d["metadata"]["namespace"]
         all_rs = [self.c.store.get("apps/replicasets", ns, rs["metadata"]["name"]) for rs in owned]
-        if current is not None and all(rs is None or rs["metadata"]["uid"] != current["metadata"]["uid"] for rs in all_rs):
+        if current is not None and all(
+            rs is None or rs["metadata"]["uid"] != current["metadata"]["uid"] for rs in all_rs
+        ):
             all_rs.append(current)
         live = [rs for rs in all_rs if rs is not None]
         st = lambda rs, k: int((rs.get("status") or {}).get(k, 0))  # noqa: E731
@@ -449,39 +530,73 @@ class Controllers:
         paused = bool((d.get("spec") or {}).get("paused"))
         conds = {c["type"]: c for c in old_status.get("conditions") or []}
         want = [
-            ("Available", "True" if available else "False",
-             "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-             "Deployment has minimum availability." if available else "Deployment does not have minimum availability."),
-            ("Progressing", "Unknown" if paused else "True",
-             "DeploymentPaused" if paused else ("NewReplicaSetAvailable" if complete else "ReplicaSetUpdated"),
-             "Deployment is paused" if paused else (
-                 f'ReplicaSet "{cur["metadata"]["name"]}" has successfully progressed.' if complete and cur
-                 else f'ReplicaSet "{cur["metadata"]["name"] if cur else ""}" is progressing.')),
+            (
+                "Available",
+                "True" if available else "False",
+                "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+                "Deployment has minimum availability."
+                if available
+                else "Deployment does not have minimum availability.",
+            ),
+            (
+                "Progressing",
+                "Unknown" if paused else "True",
+                "DeploymentPaused" if paused else ("NewReplicaSetAvailable" if complete else "ReplicaSetUpdated"),
+                "Deployment is paused"
+                if paused
+                else (
+                    f'ReplicaSet "{cur["metadata"]["name"]}" has successfully progressed.'
+                    if complete and cur
+                    else f'ReplicaSet "{cur["metadata"]["name"] if cur else ""}" is progressing.'
+                ),
+            ),
         ]
         out = []
         for type_, s, reason, message in want:
             prev = conds.get(type_)
             same = prev and prev.get("status") == s and prev.get("reason") == reason
-            out.append({"type": type_, "status": s, "lastUpdateTime": prev["lastUpdateTime"] if same and prev else now,
-                        "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == s else now,
-                        "reason": reason, "message": message})
+            out.append(
+                {
+                    "type": type_,
+                    "status": s,
+                    "lastUpdateTime": prev["lastUpdateTime"] if same and prev else now,
+                    "lastTransitionTime": prev["lastTransitionTime"] if prev and prev.get("status") == s else now,
+                    "reason": reason,
+                    "message": message,
+                }
+            )
         status["conditions"] = out
         if {k: v for k, v in old_status.items()} != status:
             annotations = d["metadata"].get("annotations") or {}
             if cur is not None:
                 annotations = {**annotations, REVISION: cur["metadata"].get("annotations", {}).get(REVISION, "1")}
             if annotations != (d["metadata"].get("annotations") or {}):
-                d = self.c.update(self._rt["deployments"], ns, d["metadata"]["name"],
-                                  {**d, "metadata": {**d["metadata"], "annotations": annotations}}, manager=MANAGER)
-            self.c.update(self._rt["deployments"], ns, d["metadata"]["name"], {**d, "status": status},
-                          subresource="status", manager=MANAGER)
+                d = self.c.update(
+                    self._rt["deployments"],
+                    ns,
+                    d["metadata"]["name"],
+                    {**d, "metadata": {**d["metadata"], "annotations": annotations}},
+                    manager=MANAGER,
+                )
+            self.c.update(
+                self._rt["deployments"],
+                ns,
+                d["metadata"]["name"],
+                {**d, "status": status},
+                subresource="status",
+                manager=MANAGER,
+            )
 
     def _replicaset(self, ns: str, name: str) -> None:
         rs = self.c.store.get("apps/replicasets", ns, name)
         if rs is None or rs["metadata"].get("deletionTimestamp"):
             return
         uid = rs["metadata"]["uid"]
-        pods = [p for p in self.c.store.items("/pods", ns) if _owned_by(p, uid) and not p["metadata"].get("deletionTimestamp")]
+        pods = [
+            p
+            for p in self.c.store.items("/pods", ns)
+            if _owned_by(p, uid) and not p["metadata"].get("deletionTimestamp")
+        ]
         want = int((rs.get("spec") or {}).get("replicas", 1))
         template = (rs.get("spec") or {}).get("template") or {}
         pods_rt = self._rt["pods"]
@@ -494,12 +609,18 @@ class Controllers:
             self._enqueue("replicaset", ns, name)  # the rest after whatever else is waiting
         n = len(pods)
         ready = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
-        status = {"replicas": n, "fullyLabeledReplicas": n, "readyReplicas": ready, "availableReplicas": ready,
-                  "observedGeneration": rs["metadata"].get("generation", 1)}
+        status = {
+            "replicas": n,
+            "fullyLabeledReplicas": n,
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "observedGeneration": rs["metadata"].get("generation", 1),
+        }
         status = {k: v for k, v in status.items() if v or k in ("replicas", "observedGeneration")}
         if (rs.get("status") or {}) != status:
-            self.c.update(self._rt["replicasets"], ns, name, {**rs, "status": status}, subresource="status",
-                          manager=MANAGER)
+            self.c.update(
+                self._rt["replicasets"], ns, name, {**rs, "status": status}, subresource="status", manager=MANAGER
+            )
 
     def _create_pod(self, owner: dict[str, Any], template: dict[str, Any], phase: str) -> dict[str, Any]:
         """Create a pod, then report its status as the scheduler (a pod no node fits stays Pending)
@@ -522,8 +643,14 @@ class Controllers:
             new_status, manager = _kubelet_status(status, spec, phase), "kubelet"
         else:
             return pod
-        return self.c.update(self._rt["pods"], meta["namespace"], meta["name"], {**pod, "status": new_status},
-                             subresource="status", manager=manager)
+        return self.c.update(
+            self._rt["pods"],
+            meta["namespace"],
+            meta["name"],
+            {**pod, "status": new_status},
+            subresource="status",
+            manager=manager,
+        )
 
     def _pod(self, ns: str, name: str) -> None:
         """A pod a client created itself: scheduled to kubesim-node and run there, left Pending as
@@ -537,8 +664,9 @@ class Controllers:
         spec = pod.get("spec") or {}
         why = unschedulable(spec)
         if not why and not spec.get("nodeName"):  # the scheduler's binding
-            pod = self.c.update(self._rt["pods"], ns, name, {**pod, "spec": {**spec, "nodeName": NODE_NAME}},
-                                manager="kube-scheduler")
+            pod = self.c.update(
+                self._rt["pods"], ns, name, {**pod, "spec": {**spec, "nodeName": NODE_NAME}}, manager="kube-scheduler"
+            )
         self._place(pod, "Running", why)
 
     def _pod_for(self, owner: dict[str, Any], template: dict[str, Any], bound: bool) -> dict[str, Any]:
@@ -568,11 +696,19 @@ class Controllers:
         active = sum(1 for ph in phases if ph not in ("Succeeded", "Failed"))
         old = job.get("status") or {}
         now = now_rfc3339()
-        status: dict[str, Any] = {"startTime": old.get("startTime", now), "active": active, "succeeded": succeeded,
-                                  "ready": sum(1 for p in pods if _ready(p)), "terminating": 0,
-                                  "uncountedTerminatedPods": {}}
-        status = {k: v for k, v in status.items() if v or k in ("startTime", "ready", "terminating",
-                                                                 "uncountedTerminatedPods")}
+        status: dict[str, Any] = {
+            "startTime": old.get("startTime", now),
+            "active": active,
+            "succeeded": succeeded,
+            "ready": sum(1 for p in pods if _ready(p)),
+            "terminating": 0,
+            "uncountedTerminatedPods": {},
+        }
+        status = {
+            k: v
+            for k, v in status.items()
+            if v or k in ("startTime", "ready", "terminating", "uncountedTerminatedPods")
+        }
         completions = int((job.get("spec") or {}).get("completions", 1))
         if succeeded >= completions:
             status["completionTime"] = old.get("completionTime", now)
@@ -586,32 +722,67 @@ class Controllers:
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def _unschedulable_status(status: dict[str, Any], why: str) -> dict[str, Any]:
     """What kube-scheduler records on a pod it cannot place (handleSchedulingFailure)."""
-    return {**status, "phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": now_rfc3339(),
-         "reason": "Unschedulable", "message": why}]}
+    return {
+        **status,
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+                "reason": "Unschedulable",
+                "message": why,
+            }
+        ],
+    }
 
 
 def _kubelet_status(status: dict[str, Any], spec: dict[str, Any], phase: str) -> dict[str, Any]:
     """What the kubelet reports for a pod it started: Running and ready, or, for a Job's pod, done."""
     now = now_rfc3339()
     running = phase == "Running"
-    state = {"running": {"startedAt": now}} if running else {
-        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+    state = (
+        {"running": {"startedAt": now}}
+        if running
+        else {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}
+    )
     return {
         **status,
-        "phase": phase, "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}], "podIP": "10.244.0.10",
-        "podIPs": [{"ip": "10.244.0.10"}], "startTime": now,
-        "conditions": [{"type": t, "status": "True" if running or t == "PodScheduled" else "False",
-                        "lastProbeTime": None, "lastTransitionTime": now}
-                       for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
-        "containerStatuses": [{"name": c.get("name"), "image": c.get("image"), "ready": running,
-                               "restartCount": 0, "started": running, "state": state,
-                               "imageID": "", "containerID": f"kubesim://{c.get('name')}"}
-                              for c in spec.get("containers") or []],
+        "phase": phase,
+        "hostIP": "10.0.0.1",
+        "hostIPs": [{"ip": "10.0.0.1"}],
+        "podIP": "10.244.0.10",
+        "podIPs": [{"ip": "10.244.0.10"}],
+        "startTime": now,
+        "conditions": [
+            {
+                "type": t,
+                "status": "True" if running or t == "PodScheduled" else "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+            }
+            for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        ],
+        "containerStatuses": [
+            {
+                "name": c.get("name"),
+                "image": c.get("image"),
+                "ready": running,
+                "restartCount": 0,
+                "started": running,
+                "state": state,
+                "imageID": "",
+                "containerID": f"kubesim://{c.get('name')}",
+            }
+            for c in spec.get("containers") or []
+        ],
     }

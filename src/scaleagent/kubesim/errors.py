@@ -98,9 +98,15 @@ def _details(name: str, group: str, kind: str, **more: Any) -> dict[str, Any]:
 
 
 # field.ErrorType of each message prefix: what a cause's reason is.
-_CAUSE_TYPES = (("Required value", "FieldValueRequired"), ("Unsupported value", "FieldValueNotSupported"),
-                ("Forbidden", "FieldValueForbidden"), ("Duplicate value", "FieldValueDuplicate"),
-                ("Too long", "FieldValueTooLong"), ("Too many", "FieldValueTooMany"), ("Not found", "FieldValueNotFound"))
+_CAUSE_TYPES = (
+    ("Required value", "FieldValueRequired"),
+    ("Unsupported value", "FieldValueNotSupported"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Too long", "FieldValueTooLong"),
+    ("Too many", "FieldValueTooMany"),
+    ("Not found", "FieldValueNotFound"),
+)
 
 
 def _cause_type(message: str) -> str:
@@ -140,8 +146,12 @@ def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str]]) -> 
     return StatusError(
         422,
         f'{kind}{"." + group if group else ""} "{name}" is invalid: {text}',
-        details=_details(name, group, kind, causes=[{"reason": _cause_type(msg), "message": msg, "field": field}
-                                                    for field, msg in causes]),
+        details=_details(
+            name,
+            group,
+            kind,
+            causes=[{"reason": _cause_type(msg), "message": msg, "field": field} for field, msg in causes],
+        ),
     )
 
 
@@ -151,11 +161,10 @@ def bad_request(message: str) -> StatusError:
 
 def forbidden(user: str, verb: str, group: str, resource: str, namespace: str, name: str = "") -> StatusError:
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-    what = f'{resource}{"." + group if group else ""}'
+    what = f"{resource}{'.' + group if group else ''}"
     named = f' "{name}"' if name else ""
     return StatusError(
         403,
-        f'{what}{named} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
-        f'in API group "{group}" {scope}',
+        f'{what}{named} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}',
         details=_details(name, group, resource),
     )

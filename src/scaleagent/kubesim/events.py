@@ -58,8 +58,12 @@ def is_events_v1(group: str) -> bool:
 
 def to_events_v1(core: dict[str, Any]) -> dict[str, Any]:
     """A stored core Event as events.k8s.io/v1 serves it."""
-    out: dict[str, Any] = {"kind": "Event", "apiVersion": f"{GROUP}/v1", "metadata": core.get("metadata", {}),
-                           "eventTime": core.get("eventTime")}
+    out: dict[str, Any] = {
+        "kind": "Event",
+        "apiVersion": f"{GROUP}/v1",
+        "metadata": core.get("metadata", {}),
+        "eventTime": core.get("eventTime"),
+    }
     _copy(core, out, "series", "series")
     _copy(core, out, "reportingComponent", "reportingController")
     _copy(core, out, "reportingInstance", "reportingInstance")
@@ -78,8 +82,12 @@ def to_events_v1(core: dict[str, Any]) -> dict[str, Any]:
 
 def to_core(event: dict[str, Any]) -> dict[str, Any]:
     """An events.k8s.io/v1 Event as the core Event it is stored as."""
-    out: dict[str, Any] = {"kind": "Event", "apiVersion": "v1", "metadata": event.get("metadata", {}),
-                           "involvedObject": event.get("regarding") or {}}
+    out: dict[str, Any] = {
+        "kind": "Event",
+        "apiVersion": "v1",
+        "metadata": event.get("metadata", {}),
+        "involvedObject": event.get("regarding") or {},
+    }
     _copy(event, out, "reason", "reason")
     _copy(event, out, "note", "message")
     out["source"] = event.get("deprecatedSource") or {}
@@ -127,13 +135,21 @@ def problems(event: dict[str, Any], group: str, old: dict[str, Any] | None = Non
             out.append(("involvedObject.namespace", f'Invalid value: "{ref_ns}": does not match event.namespace'))
         if not reporting:
             out.append(("reportingController", "Required value"))
-        elif len(reporting) > 316 or not _QUALIFIED_NAME.fullmatch(reporting.rsplit("/", 1)[-1]) or (
-                "/" in reporting and not _DNS1123_SUBDOMAIN.fullmatch(reporting.rsplit("/", 1)[0])):
-            out.append(("reportingController", f'Invalid value: "{reporting}": a qualified name must consist of '
-                        "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-                        "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
-                        "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and "
-                        "'/' (e.g. 'example.com/MyName')"))
+        elif (
+            len(reporting) > 316
+            or not _QUALIFIED_NAME.fullmatch(reporting.rsplit("/", 1)[-1])
+            or ("/" in reporting and not _DNS1123_SUBDOMAIN.fullmatch(reporting.rsplit("/", 1)[0]))
+        ):
+            out.append(
+                (
+                    "reportingController",
+                    f'Invalid value: "{reporting}": a qualified name must consist of '
+                    "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+                    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and "
+                    "'/' (e.g. 'example.com/MyName')",
+                )
+            )
         for field, limit in (("reportingInstance", 128), ("action", 128), ("reason", 128)):
             value = event.get(field) or ""
             if not value:
@@ -162,8 +178,21 @@ def problems(event: dict[str, Any], group: str, old: dict[str, Any] | None = Non
             out.append(("source", 'Invalid value: "": needs to be unset'))
         return out
     before, after = normalize_core(old), normalize_core(event)
-    for field in ("involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp", "count",
-                  "type", "eventTime", "action", "related", "reportingComponent", "reportingInstance"):
+    for field in (
+        "involvedObject",
+        "reason",
+        "message",
+        "source",
+        "firstTimestamp",
+        "lastTimestamp",
+        "count",
+        "type",
+        "eventTime",
+        "action",
+        "related",
+        "reportingComponent",
+        "reportingInstance",
+    ):
         if after.get(field) != before.get(field):
             name = "reportingController" if field == "reportingComponent" else field
             value = after.get(field)

@@ -313,10 +313,7 @@ def field_label_error(kind: str | None, label: str) -> str:
     if kind == "Job":
         return f"field label {go_quote(label)} not supported for Job"
     if kind in _DEFAULT_CONVERSION_KINDS:
-        return (
-            f"{go_quote(label)} is not a known field selector: only "
-            f'"metadata.name", "metadata.namespace"'
-        )
+        return f'{go_quote(label)} is not a known field selector: only "metadata.name", "metadata.namespace"'
     return f"field label not supported: {label}"
 
 

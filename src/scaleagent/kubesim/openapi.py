@@ -15,8 +15,9 @@ import copy
 import functools
 import hashlib
 import json
+from collections.abc import Iterable
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
@@ -25,8 +26,12 @@ from .resources import Registry, ResourceType
 
 REF = "#/components/schemas/"
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
-PATCH_TYPES_BUILTIN = ("application/apply-patch+yaml", "application/json-patch+json",
-                       "application/merge-patch+json", "application/strategic-merge-patch+json")
+PATCH_TYPES_BUILTIN = (
+    "application/apply-patch+yaml",
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
 PATCH_TYPES_CUSTOM = PATCH_TYPES_BUILTIN[:3]
 _GROUP_PREFIX = {"": "io.k8s.api.core", "apiextensions.k8s.io": "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions"}
 
@@ -68,7 +73,7 @@ def _closure(schemas: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
         idx = 0
         while (idx := text.find(REF, idx)) != -1:
             end = text.index('"', idx)
-            todo.append(text[idx + len(REF):end])
+            todo.append(text[idx + len(REF) : end])
             idx = end
     return out
 
@@ -78,18 +83,35 @@ def _ref(name: str) -> dict[str, Any]:
 
 
 def _param(name: str, where: str = "query", kind: str = "string") -> dict[str, Any]:
-    return {"name": name, "in": where, "schema": {"type": kind, "uniqueItems": True}, **({"required": True} if where == "path" else {})}
+    return {
+        "name": name,
+        "in": where,
+        "schema": {"type": kind, "uniqueItems": True},
+        **({"required": True} if where == "path" else {}),
+    }
 
 
-_LIST_PARAMS = [_param(p) for p in ("continue", "fieldSelector", "labelSelector", "resourceVersion",
-                                    "resourceVersionMatch")] + [
-    _param("allowWatchBookmarks", kind="boolean"), _param("limit", kind="integer"),
-    _param("sendInitialEvents", kind="boolean"), _param("timeoutSeconds", kind="integer"), _param("watch", kind="boolean")]
+_LIST_PARAMS = [
+    _param(p) for p in ("continue", "fieldSelector", "labelSelector", "resourceVersion", "resourceVersionMatch")
+] + [
+    _param("allowWatchBookmarks", kind="boolean"),
+    _param("limit", kind="integer"),
+    _param("sendInitialEvents", kind="boolean"),
+    _param("timeoutSeconds", kind="integer"),
+    _param("watch", kind="boolean"),
+]
 _WRITE_PARAMS = [_param("dryRun"), _param("fieldManager"), _param("fieldValidation")]
 
 
-def _op(rt: ResourceType, action: str, body: str | None, response: str | None, params: list[dict[str, Any]],
-        patch_types: tuple[str, ...] = (), kind: tuple[str, str, str] | None = None) -> dict[str, Any]:
+def _op(
+    rt: ResourceType,
+    action: str,
+    body: str | None,
+    response: str | None,
+    params: list[dict[str, Any]],
+    patch_types: tuple[str, ...] = (),
+    kind: tuple[str, str, str] | None = None,
+) -> dict[str, Any]:
     group, version, k = kind or (rt.group, rt.version, rt.kind)
     op: dict[str, Any] = {
         "operationId": f"{action}{rt.kind}",
@@ -103,8 +125,10 @@ def _op(rt: ResourceType, action: str, body: str | None, response: str | None, p
     if body:
         op["requestBody"] = {"content": {"*/*": {"schema": {"$ref": REF + body}}}, "required": True}
     if patch_types:
-        op["requestBody"] = {"content": {t: {"schema": {"$ref": REF + META + "Patch"}} for t in patch_types},
-                             "required": True}
+        op["requestBody"] = {
+            "content": {t: {"schema": {"$ref": REF + META + "Patch"}} for t in patch_types},
+            "required": True,
+        }
     return op
 
 
@@ -126,12 +150,19 @@ def _paths(rt: ResourceType, name: str, list_name: str | None) -> dict[str, Any]
     paths[scoped] = coll
     if "get" not in rt.verbs:
         return paths
-    item = {"parameters": [*ns, _param("name", "path")],
-            "get": _op(rt, "get", None, name, []),
-            "put": _op(rt, "put", name, name, _WRITE_PARAMS),
-            "patch": _op(rt, "patch", None, name, [*_WRITE_PARAMS, _param("force", kind="boolean")], patch_types),
-            "delete": _op(rt, "delete", META + "DeleteOptions", META + "Status",
-                          [_param("dryRun"), _param("gracePeriodSeconds", kind="integer"), _param("propagationPolicy")])}
+    item = {
+        "parameters": [*ns, _param("name", "path")],
+        "get": _op(rt, "get", None, name, []),
+        "put": _op(rt, "put", name, name, _WRITE_PARAMS),
+        "patch": _op(rt, "patch", None, name, [*_WRITE_PARAMS, _param("force", kind="boolean")], patch_types),
+        "delete": _op(
+            rt,
+            "delete",
+            META + "DeleteOptions",
+            META + "Status",
+            [_param("dryRun"), _param("gracePeriodSeconds", kind="integer"), _param("propagationPolicy")],
+        ),
+    }
     paths[scoped + "/{name}"] = item
     for sub in rt.subresources:
         if sub in ("status", "scale"):
@@ -141,8 +172,9 @@ def _paths(rt: ResourceType, name: str, list_name: str | None) -> dict[str, Any]
                 "parameters": item["parameters"],
                 "get": _op(rt, "get", None, body, [], kind=kind),
                 "put": _op(rt, "put", body, body, _WRITE_PARAMS, kind=kind),
-                "patch": _op(rt, "patch", None, body, [*_WRITE_PARAMS, _param("force", kind="boolean")],
-                             patch_types, kind=kind),
+                "patch": _op(
+                    rt, "patch", None, body, [*_WRITE_PARAMS, _param("force", kind="boolean")], patch_types, kind=kind
+                ),
             }
     return paths
 
@@ -157,8 +189,10 @@ def _custom_schemas(crds: Iterable[dict[str, Any]], group: str, version: str) ->
         for v in spec.get("versions") or []:
             if v.get("name") != version:
                 continue
-            schema = copy.deepcopy(((v.get("schema") or {}).get("openAPIV3Schema")) or
-                                   {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+            schema = copy.deepcopy(
+                ((v.get("schema") or {}).get("openAPIV3Schema"))
+                or {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            )
             props = schema.setdefault("properties", {})
             props["apiVersion"] = {"type": "string"}
             props["kind"] = {"type": "string"}
@@ -167,14 +201,19 @@ def _custom_schemas(crds: Iterable[dict[str, Any]], group: str, version: str) ->
             schema["x-kubernetes-group-version-kind"] = [{"group": group, "version": version, "kind": kind}]
             out[custom_schema_name(group, version, kind)] = schema
             out[custom_schema_name(group, version, kind + "List")] = {
-                "type": "object", "properties": {"items": {"type": "array", "items": _ref(custom_schema_name(group, version, kind))},
-                                                 "metadata": _ref(META + "ListMeta")},
-                "x-kubernetes-group-version-kind": [{"group": group, "version": version, "kind": kind + "List"}]}
+                "type": "object",
+                "properties": {
+                    "items": {"type": "array", "items": _ref(custom_schema_name(group, version, kind))},
+                    "metadata": _ref(META + "ListMeta"),
+                },
+                "x-kubernetes-group-version-kind": [{"group": group, "version": version, "kind": kind + "List"}],
+            }
     return out
 
 
-def gv_document(registry: Registry, crds: Iterable[dict[str, Any]], group: str, version: str,
-                kube_version: str) -> dict[str, Any]:
+def gv_document(
+    registry: Registry, crds: Iterable[dict[str, Any]], group: str, version: str, kube_version: str
+) -> dict[str, Any]:
     types = registry.in_group_version(group, version)
     if not types:
         raise StatusError(404, "the server could not find the requested resource")
@@ -187,14 +226,21 @@ def gv_document(registry: Registry, crds: Iterable[dict[str, Any]], group: str, 
         name = schema_name(rt)
         if name is None or name not in schemas:
             continue
-        list_name = _by_gvk().get((rt.group, rt.version, rt.list_kind)) if not rt.custom else \
-            custom_schema_name(rt.group, rt.version, rt.list_kind)
+        list_name = (
+            _by_gvk().get((rt.group, rt.version, rt.list_kind))
+            if not rt.custom
+            else custom_schema_name(rt.group, rt.version, rt.list_kind)
+        )
         wanted += [name] + ([list_name] if list_name else [])
         if "scale" in rt.subresources:
             wanted.append("io.k8s.api.autoscaling.v1.Scale")
         paths.update(_paths(rt, name, list_name))
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": kube_version},
-            "paths": paths, "components": {"schemas": _closure(schemas, wanted)}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": kube_version},
+        "paths": paths,
+        "components": {"schemas": _closure(schemas, wanted)},
+    }
 
 
 def document_path(group: str, version: str) -> str:
@@ -213,7 +259,7 @@ def _resolve(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
         ref = schema.get("$ref") or (schema.get("allOf") or [{}])[0].get("$ref")
         if not ref:
             return schema
-        schema = schemas.get(ref[len(REF):], {})
+        schema = schemas.get(ref[len(REF) :], {})
 
 
 def prune(obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str = "") -> tuple[Any, list[str]]:
@@ -255,9 +301,12 @@ def prune(obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str =
 
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 # Types whose JSON decoding takes any value, whatever their schema says.
-_ANY_JSON = {"io.k8s.apimachinery.pkg.runtime.RawExtension", "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
-             "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON"}
-_INT_RANGE = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+_ANY_JSON = {
+    "io.k8s.apimachinery.pkg.runtime.RawExtension",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
+    "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON",
+}
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
 def _resolve_named(schema: dict[str, Any], schemas: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -266,7 +315,7 @@ def _resolve_named(schema: dict[str, Any], schemas: dict[str, Any]) -> tuple[dic
         ref = schema.get("$ref") or (schema.get("allOf") or [{}])[0].get("$ref")
         if not ref:
             return schema, name
-        name = ref[len(REF):]
+        name = ref[len(REF) :]
         schema = schemas.get(name, {})
 
 
@@ -295,8 +344,9 @@ def _json_kind(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-def decode_error(obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str = "",
-                 struct: str = "") -> str | None:
+def decode_error(
+    obj: Any, schema: dict[str, Any], schemas: dict[str, Any], path: str = "", struct: str = ""
+) -> str | None:
     """The first error Go's encoding/json reports decoding `obj` into the built-in type `schema` describes.
 
     Only fields the schema declares are checked (unknown ones are pruned, not decoded). Go names
@@ -366,8 +416,9 @@ class FieldValidator:
     def check(self, rt: ResourceType, obj: dict[str, Any], mode: str) -> tuple[dict[str, Any], list[str]]:
         """Prune unknown fields; Strict makes them a 400, Warn returns them as warnings."""
         if mode not in ("", "Ignore", "Warn", "Strict"):
-            raise StatusError(400, f'fieldValidation: Unsupported value: "{mode}": supported values: '
-                                   '"Ignore", "Strict", "Warn"')
+            raise StatusError(
+                400, f'fieldValidation: Unsupported value: "{mode}": supported values: "Ignore", "Strict", "Warn"'
+            )
         name = schema_name(rt)
         schemas = definitions()
         if rt.custom:
@@ -378,10 +429,14 @@ class FieldValidator:
         if not rt.custom:  # custom resources get their types checked by validation (422), not by decoding
             problem = decode_error(obj, schema, schemas, struct=rt.kind)
             if problem:
-                raise StatusError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}')
+                raise StatusError(
+                    400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: {problem}'
+                )
         pruned, unknown = prune(obj, schema, schemas)
         if unknown and mode == "Strict":
             text = ", ".join(f'unknown field "{u}"' for u in unknown)
-            raise StatusError(400, f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                                   f"strict decoding error: {text}")
+            raise StatusError(
+                400,
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict decoding error: {text}',
+            )
         return pruned, ([] if mode == "Ignore" else [f'unknown field "{u}"' for u in unknown])

@@ -38,7 +38,7 @@ def _to_v2(node: Any) -> Any:
     if isinstance(one, list) and len(one) == 1 and isinstance(one[0].get("$ref"), str):
         ref = one[0]["$ref"]
     if isinstance(ref, str):
-        return {"$ref": V2_REF + ref[len(V3_REF):]}
+        return {"$ref": V2_REF + ref[len(V3_REF) :]}
     return {k: _to_v2(v) for k, v in node.items()}
 
 
@@ -46,8 +46,15 @@ def _query(name: str, kind: str = "string") -> dict[str, Any]:
     return {"name": name, "in": "query", "type": kind, "uniqueItems": True}
 
 
-def _op(rt: ResourceType, action: str, body: str | None, response: str | None, consumes: list[str],
-        params: list[dict[str, Any]], gvk: tuple[str, str, str] | None = None) -> dict[str, Any]:
+def _op(
+    rt: ResourceType,
+    action: str,
+    body: str | None,
+    response: str | None,
+    consumes: list[str],
+    params: list[dict[str, Any]],
+    gvk: tuple[str, str, str] | None = None,
+) -> dict[str, Any]:
     group, version, kind = gvk or (rt.group, rt.version, rt.kind)
     parameters = list(params)
     if body:
@@ -58,8 +65,10 @@ def _op(rt: ResourceType, action: str, body: str | None, response: str | None, c
         "produces": ["application/json", "application/yaml"],
         "schemes": ["https"],
         "parameters": parameters,
-        "responses": {"200": {"description": "OK", **({"schema": {"$ref": V2_REF + response}} if response else {})},
-                      "401": {"description": "Unauthorized"}},
+        "responses": {
+            "200": {"description": "OK", **({"schema": {"$ref": V2_REF + response}} if response else {})},
+            "401": {"description": "Unauthorized"},
+        },
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": {"group": group, "kind": kind, "version": version},
     }
@@ -69,8 +78,11 @@ def _op(rt: ResourceType, action: str, body: str | None, response: str | None, c
 def _paths(rt: ResourceType, name: str, list_name: str | None) -> dict[str, Any]:
     prefix = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
     scoped = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
-    ns = [{"name": "namespace", "in": "path", "required": True, "type": "string", "uniqueItems": True}] \
-        if rt.namespaced else []
+    ns = (
+        [{"name": "namespace", "in": "path", "required": True, "type": "string", "uniqueItems": True}]
+        if rt.namespaced
+        else []
+    )
     write = [_query("dryRun"), _query("fieldManager"), _query("fieldValidation")]
     patch_types = list(openapi.PATCH_TYPES_CUSTOM if rt.custom else openapi.PATCH_TYPES_BUILTIN)
     out: dict[str, Any] = {}
@@ -82,12 +94,21 @@ def _paths(rt: ResourceType, name: str, list_name: str | None) -> dict[str, Any]
     out[scoped] = coll
     if "get" in rt.verbs:
         out[scoped + "/{name}"] = {
-            "parameters": [*ns, {"name": "name", "in": "path", "required": True, "type": "string", "uniqueItems": True}],
+            "parameters": [
+                *ns,
+                {"name": "name", "in": "path", "required": True, "type": "string", "uniqueItems": True},
+            ],
             "get": _op(rt, "get", None, name, ["*/*"], []),
             "put": _op(rt, "put", name, name, ["*/*"], write),
             "patch": _op(rt, "patch", openapi.META + "Patch", name, patch_types, [*write, _query("force", "boolean")]),
-            "delete": _op(rt, "delete", openapi.META + "DeleteOptions", openapi.META + "Status", ["*/*"],
-                          [_query("propagationPolicy")]),
+            "delete": _op(
+                rt,
+                "delete",
+                openapi.META + "DeleteOptions",
+                openapi.META + "Status",
+                ["*/*"],
+                [_query("propagationPolicy")],
+            ),
         }
     return out
 
@@ -103,8 +124,12 @@ def swagger_document(registry: Registry, kube_version: str) -> dict[str, Any]:
         if name is None:
             continue
         paths.update(_paths(rt, name, openapi._by_gvk().get((rt.group, rt.version, rt.list_kind))))
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": kube_version}, "paths": paths,
-            "definitions": {n: _to_v2(s) for n, s in sorted(schemas.items())}}
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": kube_version},
+        "paths": paths,
+        "definitions": {n: _to_v2(s) for n, s in sorted(schemas.items())},
+    }
 
 
 # -- protobuf wire format ---------------------------------------------------------------------
@@ -179,55 +204,110 @@ def _schema(s: dict[str, Any]) -> bytes:
     elif isinstance(extra, bool):
         extra_msg = _key(2, 0) + (b"\x01" if extra else b"\x00")
     items = s.get("items")
-    items_msg = b"".join(_msg(1, _schema(i), always=True) for i in (items if isinstance(items, list) else [items])) \
-        if items else b""
+    items_msg = (
+        b"".join(_msg(1, _schema(i), always=True) for i in (items if isinstance(items, list) else [items]))
+        if items
+        else b""
+    )
     props = s.get("properties") or {}
-    return b"".join([
-        _str(1, s.get("$ref")), _str(2, s.get("format")), _str(3, s.get("title")), _str(4, s.get("description")),
-        _msg(5, _any(s["default"])) if "default" in s else b"",
-        _double(7, s.get("maximum")), _double(9, s.get("minimum")),
-        _int(11, s.get("maxLength")), _int(12, s.get("minLength")), _str(13, s.get("pattern")),
-        _int(14, s.get("maxItems")), _int(15, s.get("minItems")), _bool(16, s.get("uniqueItems")),
-        _strs(19, s.get("required")),
-        b"".join(_msg(20, _any(v), always=True) for v in s.get("enum") or ()),
-        _msg(21, extra_msg, always=extra is not None),
-        _msg(22, _strs(1, types)),
-        _msg(23, items_msg, always=bool(items)),
-        b"".join(_msg(24, _schema(a), always=True) for a in s.get("allOf") or ()),
-        _msg(25, b"".join(_named(1, k, _schema(v)) for k, v in props.items()), always="properties" in s),
-        _bool(27, s.get("readOnly")),
-        _extensions(31, s),
-    ])
+    return b"".join(
+        [
+            _str(1, s.get("$ref")),
+            _str(2, s.get("format")),
+            _str(3, s.get("title")),
+            _str(4, s.get("description")),
+            _msg(5, _any(s["default"])) if "default" in s else b"",
+            _double(7, s.get("maximum")),
+            _double(9, s.get("minimum")),
+            _int(11, s.get("maxLength")),
+            _int(12, s.get("minLength")),
+            _str(13, s.get("pattern")),
+            _int(14, s.get("maxItems")),
+            _int(15, s.get("minItems")),
+            _bool(16, s.get("uniqueItems")),
+            _strs(19, s.get("required")),
+            b"".join(_msg(20, _any(v), always=True) for v in s.get("enum") or ()),
+            _msg(21, extra_msg, always=extra is not None),
+            _msg(22, _strs(1, types)),
+            _msg(23, items_msg, always=bool(items)),
+            b"".join(_msg(24, _schema(a), always=True) for a in s.get("allOf") or ()),
+            _msg(25, b"".join(_named(1, k, _schema(v)) for k, v in props.items()), always="properties" in s),
+            _bool(27, s.get("readOnly")),
+            _extensions(31, s),
+        ]
+    )
 
 
 def _parameter(p: dict[str, Any]) -> bytes:
     if p.get("in") == "body":
-        body = b"".join([_str(1, p.get("description")), _str(2, p["name"]), _str(3, "body"),
-                         _bool(4, p.get("required")), _msg(5, _schema(p.get("schema") or {}), always=True)])
+        body = b"".join(
+            [
+                _str(1, p.get("description")),
+                _str(2, p["name"]),
+                _str(3, "body"),
+                _bool(4, p.get("required")),
+                _msg(5, _schema(p.get("schema") or {}), always=True),
+            ]
+        )
         parameter = _msg(1, body, always=True)
     elif p.get("in") == "path":
-        sub = b"".join([_bool(1, p.get("required")), _str(2, "path"), _str(3, p.get("description")),
-                        _str(4, p["name"]), _str(5, p.get("type")), _bool(19, p.get("uniqueItems"))])
+        sub = b"".join(
+            [
+                _bool(1, p.get("required")),
+                _str(2, "path"),
+                _str(3, p.get("description")),
+                _str(4, p["name"]),
+                _str(5, p.get("type")),
+                _bool(19, p.get("uniqueItems")),
+            ]
+        )
         parameter = _msg(2, _msg(4, sub, always=True), always=True)
     else:
-        sub = b"".join([_bool(1, p.get("required")), _str(2, "query"), _str(3, p.get("description")),
-                        _str(4, p["name"]), _str(6, p.get("type")), _bool(20, p.get("uniqueItems"))])
+        sub = b"".join(
+            [
+                _bool(1, p.get("required")),
+                _str(2, "query"),
+                _str(3, p.get("description")),
+                _str(4, p["name"]),
+                _str(6, p.get("type")),
+                _bool(20, p.get("uniqueItems")),
+            ]
+        )
         parameter = _msg(2, _msg(3, sub, always=True), always=True)
     return _msg(1, parameter, always=True)  # ParametersItem.parameter
 
 
 def _operation(op: dict[str, Any]) -> bytes:
     responses = b"".join(
-        _named(1, code, _msg(1, b"".join([_str(1, r.get("description")),
-                                          _msg(2, _msg(1, _schema(r["schema"]), always=True)) if "schema" in r else b""]),
-                             always=True))
-        for code, r in op.get("responses", {}).items())
-    return b"".join([
-        _strs(1, op.get("tags")), _str(3, op.get("description")), _str(5, op.get("operationId")),
-        _strs(6, op.get("produces")), _strs(7, op.get("consumes")),
-        b"".join(_msg(8, _parameter(p), always=True) for p in op.get("parameters") or ()),
-        _msg(9, responses, always=True), _strs(10, op.get("schemes")), _extensions(13, op),
-    ])
+        _named(
+            1,
+            code,
+            _msg(
+                1,
+                b"".join(
+                    [
+                        _str(1, r.get("description")),
+                        _msg(2, _msg(1, _schema(r["schema"]), always=True)) if "schema" in r else b"",
+                    ]
+                ),
+                always=True,
+            ),
+        )
+        for code, r in op.get("responses", {}).items()
+    )
+    return b"".join(
+        [
+            _strs(1, op.get("tags")),
+            _str(3, op.get("description")),
+            _str(5, op.get("operationId")),
+            _strs(6, op.get("produces")),
+            _strs(7, op.get("consumes")),
+            b"".join(_msg(8, _parameter(p), always=True) for p in op.get("parameters") or ()),
+            _msg(9, responses, always=True),
+            _strs(10, op.get("schemes")),
+            _extensions(13, op),
+        ]
+    )
 
 
 _METHODS = {"get": 2, "put": 3, "post": 4, "delete": 5, "patch": 8}
@@ -244,12 +324,14 @@ def encode(doc: dict[str, Any]) -> bytes:
     info = doc.get("info") or {}
     paths = b"".join(_named(2, p, _path_item(item)) for p, item in doc.get("paths", {}).items())
     definitions = b"".join(_named(1, n, _schema(s)) for n, s in doc.get("definitions", {}).items())
-    return b"".join([
-        _str(1, doc.get("swagger")),
-        _msg(2, _str(1, info.get("title")) + _str(2, info.get("version")), always=True),
-        _msg(8, paths, always=True),
-        _msg(9, definitions, always=True),
-    ])
+    return b"".join(
+        [
+            _str(1, doc.get("swagger")),
+            _msg(2, _str(1, info.get("title")) + _str(2, info.get("version")), always=True),
+            _msg(8, paths, always=True),
+            _msg(9, definitions, always=True),
+        ]
+    )
 
 
 @functools.lru_cache(maxsize=4)

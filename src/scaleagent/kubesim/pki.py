@@ -26,10 +26,11 @@ class ClusterPKI:
     admin_key_pem: bytes
 
     @classmethod
-    def generate(cls) -> "ClusterPKI":
+    def generate(cls) -> ClusterPKI:
         ca = trustme.CA(organization_name="kubesim", organization_unit_name="cluster CA")
-        server = ca.issue_cert("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc",
-                               common_name="kube-apiserver")
+        server = ca.issue_cert(
+            "127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc", common_name="kube-apiserver"
+        )
         admin = ca.issue_cert(ADMIN_USER, common_name=ADMIN_USER, organization_name=ADMIN_GROUP)
         return cls(
             ca_pem=ca.cert_pem.bytes(),
@@ -43,8 +44,11 @@ class ClusterPKI:
         """Write cert, key and CA to a private directory; return their paths (ssl needs files)."""
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         paths = []
-        for name, data in (("server.crt", self.server_cert_pem), ("server.key", self.server_key_pem),
-                           ("ca.crt", self.ca_pem)):
+        for name, data in (
+            ("server.crt", self.server_cert_pem),
+            ("server.key", self.server_key_pem),
+            ("ca.crt", self.ca_pem),
+        ):
             p = directory / name
             _write_private(p, data)
             paths.append(str(p))
@@ -55,8 +59,17 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def kubeconfig(name: str, server: str, ca_pem: bytes, *, user: str, token: str | None = None,
-               cert_pem: bytes | None = None, key_pem: bytes | None = None, namespace: str = "default") -> dict:
+def kubeconfig(
+    name: str,
+    server: str,
+    ca_pem: bytes,
+    *,
+    user: str,
+    token: str | None = None,
+    cert_pem: bytes | None = None,
+    key_pem: bytes | None = None,
+    namespace: str = "default",
+) -> dict:
     creds: dict[str, str] = {}
     if token:
         creds["token"] = token

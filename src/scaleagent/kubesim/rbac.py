@@ -237,9 +237,7 @@ def _describe_source(binding: Mapping[str, Any], subject: Mapping[str, Any], clu
 
 def _rule_key(rule: Mapping[str, Any]) -> tuple:
     # equality.Semantic.DeepEqual: nil and empty lists compare equal, order matters.
-    return tuple(
-        tuple(_list(rule, k)) for k in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs")
-    )
+    return tuple(tuple(_list(rule, k)) for k in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs"))
 
 
 def _selected_roles(cluster_role: Mapping[str, Any], cluster_roles: Iterable[Mapping[str, Any]]) -> list[Mapping]:
@@ -250,9 +248,7 @@ def _selected_roles(cluster_role: Mapping[str, Any], cluster_roles: Iterable[Map
     out: list[Mapping] = []
     for sel in agg.get("clusterRoleSelectors") or []:
         selector = label_selector_from_dict(sel if sel is not None else {})
-        matched = [
-            r for r in roles if selector.matches((r.get("metadata") or {}).get("labels") or {})
-        ]
+        matched = [r for r in roles if selector.matches((r.get("metadata") or {}).get("labels") or {})]
         matched.sort(key=lambda r: (r.get("metadata") or {}).get("name") or "")
         out.extend(r for r in matched if (r.get("metadata") or {}).get("name") != own)
     return out
@@ -526,7 +522,9 @@ def _split_rules(rules: list[Mapping[str, Any]]) -> tuple[list[dict], list[dict]
                     item[key] = _list(rule, key)
             resource_rules.append(item)
         if _list(rule, "nonResourceURLs"):
-            non_resource_rules.append({"verbs": _list(rule, "verbs"), "nonResourceURLs": _list(rule, "nonResourceURLs")})
+            non_resource_rules.append(
+                {"verbs": _list(rule, "verbs"), "nonResourceURLs": _list(rule, "nonResourceURLs")}
+            )
     return resource_rules, non_resource_rules
 
 
@@ -594,7 +592,9 @@ def _meta(name: str, extra_labels: Mapping[str, str] | None = None) -> dict:
     }
 
 
-def _cluster_role(name: str, rules: list[dict], labels: Mapping[str, str] | None = None, aggregate_to: str | None = None) -> dict:
+def _cluster_role(
+    name: str, rules: list[dict], labels: Mapping[str, str] | None = None, aggregate_to: str | None = None
+) -> dict:
     role: dict[str, Any] = {
         "apiVersion": RBAC_API_VERSION,
         "kind": "ClusterRole",
@@ -603,7 +603,9 @@ def _cluster_role(name: str, rules: list[dict], labels: Mapping[str, str] | None
     }
     if aggregate_to:
         role["aggregationRule"] = {
-            "clusterRoleSelectors": [{"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{aggregate_to}": "true"}}]
+            "clusterRoleSelectors": [
+                {"matchLabels": {f"rbac.authorization.k8s.io/aggregate-to-{aggregate_to}": "true"}}
+            ]
         }
     return role
 
@@ -841,7 +843,16 @@ def bootstrap_objects() -> list[dict]:
             [
                 _url_rule(
                     ["get"],
-                    ["/healthz", "/healthz/*", "/livez", "/livez/*", "/metrics", "/metrics/slis", "/readyz", "/readyz/*"],
+                    [
+                        "/healthz",
+                        "/healthz/*",
+                        "/livez",
+                        "/livez/*",
+                        "/metrics",
+                        "/metrics/slis",
+                        "/readyz",
+                        "/readyz/*",
+                    ],
                 )
             ],
         ),

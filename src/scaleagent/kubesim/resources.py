@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 READ = ("get", "list", "watch")
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 # What each subresource serves upstream; any other verb on one (DELETE .../status) is 405.
-SUBRESOURCE_VERBS = {"status": ("get", "patch", "update"), "scale": ("get", "patch", "update"), "log": ("get",),
-                     "finalize": ("update",)}
+SUBRESOURCE_VERBS = {
+    "status": ("get", "patch", "update"),
+    "scale": ("get", "patch", "update"),
+    "log": ("get",),
+    "finalize": ("update",),
+}
 
 
 @dataclass(frozen=True)
@@ -112,37 +117,117 @@ REVIEW = ("create",)
 
 BUILTIN: tuple[ResourceType, ...] = (
     # core/v1
-    _rt("", "v1", "Namespace", "namespaces", False, verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
-        short_names=("ns",), subresources=("finalize", "status"), generation=False, returns_deleted=True),
+    _rt(
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        False,
+        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        short_names=("ns",),
+        subresources=("finalize", "status"),
+        generation=False,
+        returns_deleted=True,
+    ),
     # Pods, Services, volumes, Nodes, LimitRanges and ResourceQuotas carry no metadata.generation
     # upstream (their strategies never set it; Pods only from 1.33).
-    _rt("", "v1", "Pod", "pods", short_names=("po",), categories=ALL, subresources=("log", "status"),
-        returns_deleted=True, generation=False),
-    _rt("", "v1", "Service", "services", short_names=("svc",), categories=ALL, subresources=("status",),
-        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"), returns_deleted=True,
-        generation=False),
+    _rt(
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        short_names=("po",),
+        categories=ALL,
+        subresources=("log", "status"),
+        returns_deleted=True,
+        generation=False,
+    ),
+    _rt(
+        "",
+        "v1",
+        "Service",
+        "services",
+        short_names=("svc",),
+        categories=ALL,
+        subresources=("status",),
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"),
+        returns_deleted=True,
+        generation=False,
+    ),
     _rt("", "v1", "ConfigMap", "configmaps", short_names=("cm",), generation=False),
     _rt("", "v1", "Secret", "secrets", generation=False),
     _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",), generation=False, returns_deleted=True),
     _rt("", "v1", "Endpoints", "endpoints", short_names=("ep",), generation=False),
     _rt("", "v1", "Event", "events", short_names=("ev",), generation=False),
     _rt("", "v1", "Node", "nodes", False, short_names=("no",), subresources=("status",), generation=False),
-    _rt("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", short_names=("pvc",), subresources=("status",),
-        returns_deleted=True, generation=False),
-    _rt("", "v1", "PersistentVolume", "persistentvolumes", False, short_names=("pv",), subresources=("status",),
-        returns_deleted=True, generation=False),
-    _rt("", "v1", "ReplicationController", "replicationcontrollers", short_names=("rc",), categories=ALL,
-        subresources=("scale", "status")),
+    _rt(
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        short_names=("pvc",),
+        subresources=("status",),
+        returns_deleted=True,
+        generation=False,
+    ),
+    _rt(
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        False,
+        short_names=("pv",),
+        subresources=("status",),
+        returns_deleted=True,
+        generation=False,
+    ),
+    _rt(
+        "",
+        "v1",
+        "ReplicationController",
+        "replicationcontrollers",
+        short_names=("rc",),
+        categories=ALL,
+        subresources=("scale", "status"),
+    ),
     _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",), generation=False),
-    _rt("", "v1", "ResourceQuota", "resourcequotas", short_names=("quota",), subresources=("status",), generation=False),
+    _rt(
+        "", "v1", "ResourceQuota", "resourcequotas", short_names=("quota",), subresources=("status",), generation=False
+    ),
     _rt("", "v1", "PodTemplate", "podtemplates", generation=False),
     # Computed on each read, never stored: get and list only (a watch is 405), no resourceVersion.
-    _rt("", "v1", "ComponentStatus", "componentstatuses", False, verbs=("get", "list"), short_names=("cs",),
-        generation=False),
+    _rt(
+        "",
+        "v1",
+        "ComponentStatus",
+        "componentstatuses",
+        False,
+        verbs=("get", "list"),
+        short_names=("cs",),
+        generation=False,
+    ),
     # apps/v1
-    _rt("apps", "v1", "Deployment", "deployments", short_names=("deploy",), categories=ALL, subresources=("scale", "status")),
-    _rt("apps", "v1", "ReplicaSet", "replicasets", short_names=("rs",), categories=ALL, subresources=("scale", "status")),
-    _rt("apps", "v1", "StatefulSet", "statefulsets", short_names=("sts",), categories=ALL, subresources=("scale", "status")),
+    _rt(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        short_names=("deploy",),
+        categories=ALL,
+        subresources=("scale", "status"),
+    ),
+    _rt(
+        "apps", "v1", "ReplicaSet", "replicasets", short_names=("rs",), categories=ALL, subresources=("scale", "status")
+    ),
+    _rt(
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        short_names=("sts",),
+        categories=ALL,
+        subresources=("scale", "status"),
+    ),
     _rt("apps", "v1", "DaemonSet", "daemonsets", short_names=("ds",), categories=ALL, subresources=("status",)),
     _rt("apps", "v1", "ControllerRevision", "controllerrevisions", generation=False),
     # batch/v1
@@ -151,8 +236,15 @@ BUILTIN: tuple[ResourceType, ...] = (
     # events.k8s.io/v1: the core Events, in the newer shape (see kubesim/events.py)
     _rt("events.k8s.io", "v1", "Event", "events", short_names=("ev",), generation=False, storage_group=""),
     # autoscaling/v2
-    _rt("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", short_names=("hpa",),
-        categories=ALL, subresources=("status",)),
+    _rt(
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        short_names=("hpa",),
+        categories=ALL,
+        subresources=("status",),
+    ),
     # networking.k8s.io/v1
     _rt("networking.k8s.io", "v1", "Ingress", "ingresses", short_names=("ing",), subresources=("status",)),
     _rt("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", short_names=("netpol",)),
@@ -165,28 +257,68 @@ BUILTIN: tuple[ResourceType, ...] = (
     _rt("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", generation=False),
     _rt("rbac.authorization.k8s.io", "v1", "Role", "roles", generation=False),
     # storage.k8s.io/v1, coordination.k8s.io/v1
-    _rt("storage.k8s.io", "v1", "StorageClass", "storageclasses", False, short_names=("sc",), generation=False,
-        returns_deleted=True),
+    _rt(
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        False,
+        short_names=("sc",),
+        generation=False,
+        returns_deleted=True,
+    ),
     _rt("coordination.k8s.io", "v1", "Lease", "leases", generation=False),
     # apiextensions.k8s.io/v1
-    _rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
-        short_names=("crd", "crds"), subresources=("status",)),
+    _rt(
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        False,
+        short_names=("crd", "crds"),
+        subresources=("status",),
+    ),
     # Reviews: create-only, never stored.
-    _rt("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, verbs=REVIEW,
-        generation=False),
-    _rt("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, verbs=REVIEW,
-        generation=False),
-    _rt("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=REVIEW,
-        generation=False),
+    _rt(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        False,
+        verbs=REVIEW,
+        generation=False,
+    ),
+    _rt(
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        False,
+        verbs=REVIEW,
+        generation=False,
+    ),
+    _rt(
+        "authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=REVIEW, generation=False
+    ),
 )
 
 # Groups in the order a real apiserver lists them: core first, then by the aggregator's group
 # priority (apps 17800, events.k8s.io 17750, ... apiextensions.k8s.io 16700, coordination.k8s.io
 # 16500), custom resources' groups (priority 1000) last by name.
 GROUP_ORDER = (
-    "", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "autoscaling",
-    "batch", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
-    "apiextensions.k8s.io", "coordination.k8s.io",
+    "",
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "apiextensions.k8s.io",
+    "coordination.k8s.io",
 )
 
 

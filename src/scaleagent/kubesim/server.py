@@ -73,8 +73,10 @@ def negotiate(accept: str) -> Rendering:
         as_ = params.get("as", "")
         if not as_:
             return Rendering()
-        if params.get("g") == "meta.k8s.io" and params.get("v") in ("v1", "v1beta1") and as_ in (
-            "Table", "PartialObjectMetadata", "PartialObjectMetadataList"
+        if (
+            params.get("g") == "meta.k8s.io"
+            and params.get("v") in ("v1", "v1beta1")
+            and as_ in ("Table", "PartialObjectMetadata", "PartialObjectMetadataList")
         ):
             return Rendering(as_)
     # Upstream's wording, listing what is actually served here: JSON only.
@@ -117,8 +119,13 @@ class APIServer:
         except PageNotFound:
             # Go's http.NotFound, from the handler chain's end: what a path under /apis/ that names
             # no served group gets from a real apiserver. Not a Status: clients must cope with text.
-            return web.Response(text="404 page not found\n", status=404, content_type="text/plain",
-                                charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+            return web.Response(
+                text="404 page not found\n",
+                status=404,
+                content_type="text/plain",
+                charset="utf-8",
+                headers={"X-Content-Type-Options": "nosniff"},
+            )
         except StatusError as e:
             return _error(e)
         except web.HTTPException as e:
@@ -177,26 +184,47 @@ class APIServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         user = self._authenticate(request)
         segs = [s for s in request.path.split("/") if s]
-        if not segs or segs[0] not in ("api", "apis") or (segs[0] == "api" and len(segs) < 3) or (
-            segs[0] == "apis" and len(segs) < 4
+        if (
+            not segs
+            or segs[0] not in ("api", "apis")
+            or (segs[0] == "api" and len(segs) < 3)
+            or (segs[0] == "apis" and len(segs) < 4)
         ):
-            self._authorize(Attributes(user, request.method.lower() if request.method != "GET" else "get", False,
-                                       path=request.path))
+            self._authorize(
+                Attributes(user, request.method.lower() if request.method != "GET" else "get", False, path=request.path)
+            )
             return self._non_resource(request, segs)
         if segs[0] == "apis" and segs[1] not in self.cluster.registry.groups():
-            self._authorize(Attributes(user, "watch" if request.query.get("watch") in ("1", "true", "True")
-                                       else request.method.lower(), True, api_group=segs[1],
-                                       resource=segs[5] if segs[3:4] == ["namespaces"] and len(segs) > 5 else segs[3]))
+            self._authorize(
+                Attributes(
+                    user,
+                    "watch" if request.query.get("watch") in ("1", "true", "True") else request.method.lower(),
+                    True,
+                    api_group=segs[1],
+                    resource=segs[5] if segs[3:4] == ["namespaces"] and len(segs) > 5 else segs[3],
+                )
+            )
             raise PageNotFound()
         req = self._parse(request, segs)
         verb = req.verb
         if verb in ("list", "watch") and request.query.get("watch") in ("1", "true", "True"):
             verb = "watch"
-        self._authorize(Attributes(user, verb, True, api_group=req.rt.group, resource=req.rt.plural,
-                                   subresource=req.subresource, name=req.name, namespace=req.namespace))
+        self._authorize(
+            Attributes(
+                user,
+                verb,
+                True,
+                api_group=req.rt.group,
+                resource=req.rt.plural,
+                subresource=req.subresource,
+                name=req.name,
+                namespace=req.namespace,
+            )
+        )
         if verb == "watch" and "watch" not in req.rt.verbs:
-            raise StatusError(405, f'watch is not supported on resources of kind "{req.rt.plural}"',
-                              details={"kind": req.rt.plural})
+            raise StatusError(
+                405, f'watch is not supported on resources of kind "{req.rt.plural}"', details={"kind": req.rt.plural}
+            )
         req.verb = verb
         return await self._resource(request, req, user)
 
@@ -207,26 +235,48 @@ class APIServer:
         path = "/".join(segs)
         if path == "version":
             major, minor = c.version.lstrip("v").split(".")[:2]
-            return _json({"major": major, "minor": minor, "gitVersion": c.version, "gitCommit": "kubesim",
-                          "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.22",
-                          "compiler": "gc", "platform": "linux/amd64"})
+            return _json(
+                {
+                    "major": major,
+                    "minor": minor,
+                    "gitVersion": c.version,
+                    "gitCommit": "kubesim",
+                    "gitTreeState": "clean",
+                    "buildDate": "2026-01-01T00:00:00Z",
+                    "goVersion": "go1.22",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                }
+            )
         if segs[:2] == ["openapi", "v3"]:
             return self._openapi_v3(segs[2:])
         if path == "openapi/v2":
             protobuf = "protobuf" in request.headers.get("Accept", "")
-            return web.Response(body=openapi_v2.render(c.version, protobuf),
-                                content_type="application/octet-stream" if protobuf else JSON)
+            return web.Response(
+                body=openapi_v2.render(c.version, protobuf),
+                content_type="application/octet-stream" if protobuf else JSON,
+            )
         if path in ("healthz", "livez", "readyz"):
             return web.Response(text="ok")
         if path == "":
-            return _json({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
-                          + [f"/apis/{g}" for g in reg.groups()]})
+            return _json(
+                {
+                    "paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
+                    + [f"/apis/{g}" for g in reg.groups()]
+                }
+            )
         if path == "api":
-            return _json({"kind": "APIVersions", "versions": ["v1"],
-                          "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
+            return _json(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}],
+                }
+            )
         if path == "apis":
-            return _json({"kind": "APIGroupList", "apiVersion": "v1",
-                          "groups": [self._group_doc(g) for g in reg.groups()]})
+            return _json(
+                {"kind": "APIGroupList", "apiVersion": "v1", "groups": [self._group_doc(g) for g in reg.groups()]}
+            )
         if segs[0] == "apis" and segs[1:] and segs[1] not in reg.groups():
             raise PageNotFound()
         if segs[0] == "apis" and len(segs) == 2:
@@ -237,9 +287,14 @@ class APIServer:
             if not types:
                 raise no_resource()
             # The legacy group's resource list carries no apiVersion (it is written by another codec).
-            return _json({"kind": "APIResourceList", **({"apiVersion": "v1"} if group else {}),
-                          "groupVersion": f"{group}/{version}" if group else version,
-                          "resources": [e for rt in types for e in rt.discovery_entries()]})
+            return _json(
+                {
+                    "kind": "APIResourceList",
+                    **({"apiVersion": "v1"} if group else {}),
+                    "groupVersion": f"{group}/{version}" if group else version,
+                    "resources": [e for rt in types for e in rt.discovery_entries()],
+                }
+            )
         raise no_resource()
 
     def _openapi_docs(self) -> dict[tuple[str, str], dict[str, Any]]:
@@ -251,17 +306,31 @@ class APIServer:
         for group in [""] + reg.groups():
             for version in reg.versions(group):
                 if (group, version) not in self._openapi:
-                    self._openapi[(group, version)] = openapi.gv_document(reg, crds, group, version, self.cluster.version)
+                    self._openapi[(group, version)] = openapi.gv_document(
+                        reg, crds, group, version, self.cluster.version
+                    )
         return self._openapi
 
     def _openapi_v3(self, rest: list[str]) -> web.Response:
         docs = self._openapi_docs()
         if not rest:
-            return _json({"paths": {openapi.document_path(g, v): {
-                "serverRelativeURL": f"/openapi/v3/{openapi.document_path(g, v)}?hash={openapi.etag(doc)}"}
-                for (g, v), doc in docs.items()}})
-        key = ("", rest[1]) if rest[0] == "api" and len(rest) == 2 else \
-            (rest[1], rest[2]) if rest[0] == "apis" and len(rest) == 3 else None
+            return _json(
+                {
+                    "paths": {
+                        openapi.document_path(g, v): {
+                            "serverRelativeURL": f"/openapi/v3/{openapi.document_path(g, v)}?hash={openapi.etag(doc)}"
+                        }
+                        for (g, v), doc in docs.items()
+                    }
+                }
+            )
+        key = (
+            ("", rest[1])
+            if rest[0] == "api" and len(rest) == 2
+            else (rest[1], rest[2])
+            if rest[0] == "apis" and len(rest) == 3
+            else None
+        )
         if key not in docs:
             raise no_resource()
         return _json(docs[key])
@@ -321,9 +390,11 @@ class APIServer:
                 fields = parse_field_selector(query.get("fieldSelector", ""), events.FIELD_LABELS)
                 fields = FieldSelector((events.FIELD_LABELS[f], op, v) for f, op, v in fields.requirements)
             else:
-                fields = parse_field_selector(query.get("fieldSelector", ""),
-                                              supported_fields(rt.kind, namespaced=rt.namespaced),
-                                              kind=None if rt.custom else rt.kind)
+                fields = parse_field_selector(
+                    query.get("fieldSelector", ""),
+                    supported_fields(rt.kind, namespaced=rt.namespaced),
+                    kind=None if rt.custom else rt.kind,
+                )
         except SelectorError as e:
             raise bad_request(str(e)) from None
         if labels.empty and not fields.requirements:
@@ -359,24 +430,53 @@ class APIServer:
         warnings: list[str] = []
         fv = q.get("fieldValidation", "")
         if req.verb == "create":
-            obj = c.create(rt, req.namespace, await self._body(request), manager=manager, dry_run=dry_run,
-                           field_validation=fv, warnings=warnings)
+            obj = c.create(
+                rt,
+                req.namespace,
+                await self._body(request),
+                manager=manager,
+                dry_run=dry_run,
+                field_validation=fv,
+                warnings=warnings,
+            )
             return _warn(self._render_one(rt, obj, render, 201), warnings)
         if req.verb == "update":
-            obj = c.update(rt, req.namespace, req.name, await self._body(request), subresource=req.subresource,
-                           manager=manager, dry_run=dry_run, field_validation=fv, warnings=warnings)
+            obj = c.update(
+                rt,
+                req.namespace,
+                req.name,
+                await self._body(request),
+                subresource=req.subresource,
+                manager=manager,
+                dry_run=dry_run,
+                field_validation=fv,
+                warnings=warnings,
+            )
             return _warn(self._render_one(rt, obj, render), warnings)
         if req.verb == "patch":
             ptype = PATCH_TYPES.get(request.content_type.lower())
             if ptype is None:
-                raise StatusError(415, f"the body of the request was in an unknown format - accepted media types include: "
-                                       f"{', '.join(PATCH_TYPES)}")
+                raise StatusError(
+                    415,
+                    f"the body of the request was in an unknown format - accepted media types include: "
+                    f"{', '.join(PATCH_TYPES)}",
+                )
             force = q.get("force") in ("true", "1")
             body = await self._body(request)
             existed = c.store.get(rt.storage_key, req.namespace, req.name) is not None
-            obj = c.patch(rt, req.namespace, req.name, ptype, body, manager=q.get("fieldManager", "") if ptype == "apply"
-                          else manager, force=force, subresource=req.subresource, dry_run=dry_run,
-                          field_validation=fv, warnings=warnings)
+            obj = c.patch(
+                rt,
+                req.namespace,
+                req.name,
+                ptype,
+                body,
+                manager=q.get("fieldManager", "") if ptype == "apply" else manager,
+                force=force,
+                subresource=req.subresource,
+                dry_run=dry_run,
+                field_validation=fv,
+                warnings=warnings,
+            )
             return _warn(self._render_one(rt, obj, render, 200 if existed else 201), warnings)
         if req.verb == "delete":
             code, out = c.delete(rt, req.namespace, req.name, **await self._delete_options(request))
@@ -389,8 +489,14 @@ class APIServer:
                 if pred is None or pred(obj):
                     c.delete(rt, obj["metadata"].get("namespace", ""), obj["metadata"]["name"], **opts)
                     deleted.append(c._as_version(rt, obj))
-            return _json({"kind": rt.list_kind, "apiVersion": rt.api_version,
-                          "metadata": {"resourceVersion": str(c.store.rv)}, "items": _untyped(rt, deleted)})
+            return _json(
+                {
+                    "kind": rt.list_kind,
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(c.store.rv)},
+                    "items": _untyped(rt, deleted),
+                }
+            )
         raise StatusError(405, "the server does not allow this method on the requested resource")
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -417,16 +523,28 @@ class APIServer:
                 opts["gracePeriodSeconds"] = _query_int(q, "gracePeriodSeconds")
         dry_run = opts.get("dryRun") or []
         if not isinstance(dry_run, list) or any(v != "All" for v in dry_run):
-            raise StatusError(422, f'DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
-                                   f'{orjson.dumps(dry_run).decode()}: supported values: "All"')
+            raise StatusError(
+                422,
+                f'DeleteOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+                f'{orjson.dumps(dry_run).decode()}: supported values: "All"',
+            )
         grace = opts.get("gracePeriodSeconds")
         orphan = opts.get("orphanDependents")
-        if (grace is not None and (not isinstance(grace, int) or isinstance(grace, bool))) or \
-                not isinstance(orphan, (bool, type(None))) or not isinstance(opts.get("preconditions"), (dict, type(None))):
-            raise bad_request("DeleteOptions: gracePeriodSeconds must be an integer, orphanDependents a boolean "
-                              "and preconditions an object")
-        return {"dry_run": bool(dry_run), "propagation": opts.get("propagationPolicy"),
-                "preconditions": opts.get("preconditions"), "orphan_dependents": orphan}
+        if (
+            (grace is not None and (not isinstance(grace, int) or isinstance(grace, bool)))
+            or not isinstance(orphan, (bool, type(None)))
+            or not isinstance(opts.get("preconditions"), (dict, type(None)))
+        ):
+            raise bad_request(
+                "DeleteOptions: gracePeriodSeconds must be an integer, orphanDependents a boolean "
+                "and preconditions an object"
+            )
+        return {
+            "dry_run": bool(dry_run),
+            "propagation": opts.get("propagationPolicy"),
+            "preconditions": opts.get("preconditions"),
+            "orphan_dependents": orphan,
+        }
 
     def _render_one(self, rt: ResourceType, obj: dict[str, Any], render: Rendering, code: int = 200) -> web.Response:
         if render.as_ == "PartialObjectMetadata":
@@ -447,7 +565,9 @@ class APIServer:
             raise bad_request(f"limit must be non-negative, got {limit}")
         at = _list_rv(q, limit, c.store.rv)
         pred = self._predicate(rt, q)
-        items, rv, token, remaining = c.store.list(rt.storage_key, req.namespace, pred, limit, q.get("continue", ""), at)
+        items, rv, token, remaining = c.store.list(
+            rt.storage_key, req.namespace, pred, limit, q.get("continue", ""), at
+        )
         items = [c._as_version(rt, o) for o in items]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if token:
@@ -459,30 +579,53 @@ class APIServer:
         if render.as_ in ("PartialObjectMetadataList", "PartialObjectMetadata"):
             if render.as_ == "PartialObjectMetadata":
                 raise StatusError(406, "only PartialObjectMetadataList is served for lists", reason="NotAcceptable")
-            return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-                          "items": [_partial(o) for o in items]})
-        return _json({"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                      "items": _untyped(rt, items)})
+            return _json(
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                    "items": [_partial(o) for o in items],
+                }
+            )
+        return _json(
+            {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": _untyped(rt, items)}
+        )
 
     def _component_statuses(self, req: Request, render: Rendering) -> web.Response:
         """The deprecated ComponentStatus API: probed on each read, never stored, so neither the list
         nor its items have a resourceVersion (and there is no watch)."""
-        items: list[dict[str, Any]] = [{"kind": "ComponentStatus", "apiVersion": "v1", "metadata": {"name": n, "creationTimestamp": None},
-                  "conditions": [{"type": "Healthy", "status": "True", "message": "ok"}]}
-                 for n in ("scheduler", "controller-manager", "etcd-0")]
+        items: list[dict[str, Any]] = [
+            {
+                "kind": "ComponentStatus",
+                "apiVersion": "v1",
+                "metadata": {"name": n, "creationTimestamp": None},
+                "conditions": [{"type": "Healthy", "status": "True", "message": "ok"}],
+            }
+            for n in ("scheduler", "controller-manager", "etcd-0")
+        ]
         if req.verb == "get":
             found = [i for i in items if i["metadata"]["name"] == req.name]
             if not found:
-                raise StatusError(404, f'componentstatuses "{req.name}" not found',
-                                  details={"name": req.name, "kind": "componentstatuses"})
+                raise StatusError(
+                    404,
+                    f'componentstatuses "{req.name}" not found',
+                    details={"name": req.name, "kind": "componentstatuses"},
+                )
             return self._render_one(req.rt, found[0], render)
         if render.as_ == "Table":
             return _json(tables.table(req.rt.group, req.rt.kind, items, "Metadata", {}))
         if render.as_ == "PartialObjectMetadataList":
-            return _json({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": {},
-                          "items": [_partial(o) for o in items]})
-        return _json({"kind": "ComponentStatusList", "apiVersion": "v1", "metadata": {},
-                      "items": _untyped(req.rt, items)})
+            return _json(
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": {},
+                    "items": [_partial(o) for o in items],
+                }
+            )
+        return _json(
+            {"kind": "ComponentStatusList", "apiVersion": "v1", "metadata": {}, "items": _untyped(req.rt, items)}
+        )
 
     def _log(self, req: Request, q: Any) -> web.Response:
         pod = self.cluster.get(req.rt, req.namespace, req.name)
@@ -523,11 +666,17 @@ class APIServer:
             wanted = body
         replicas = ((wanted or {}).get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or replicas < 0:
-            raise StatusError(422, f'Scale.autoscaling "{req.name}" is invalid: spec.replicas: Invalid value: '
-                                   f"{replicas!r}: must be greater than or equal to 0")
+            raise StatusError(
+                422,
+                f'Scale.autoscaling "{req.name}" is invalid: spec.replicas: Invalid value: '
+                f"{replicas!r}: must be greater than or equal to 0",
+            )
         want_rv = ((wanted or {}).get("metadata") or {}).get("resourceVersion")
-        new = {**obj, "spec": {**obj.get("spec", {}), "replicas": replicas},
-               "metadata": {**obj["metadata"], "resourceVersion": want_rv or obj["metadata"]["resourceVersion"]}}
+        new = {
+            **obj,
+            "spec": {**obj.get("spec", {}), "replicas": replicas},
+            "metadata": {**obj["metadata"], "resourceVersion": want_rv or obj["metadata"]["resourceVersion"]},
+        }
         updated = c.update(rt, req.namespace, req.name, new, manager=manager, dry_run=dry_run, subresource="scale")
         return _json(_scale_of(updated))
 
@@ -565,8 +714,12 @@ class APIServer:
         start_rv = c.store.rv  # what the initial events show: read in the same step as they were
         loop = asyncio.get_running_loop()
         encode = self._encoder(rt, render, q.get("includeObject", "Metadata"))
-        stream = watcher.stream(lambda: c.store.rv, timeout=timeout, clock=loop.time,
-                                bookmark_interval=self.bookmark_interval if bookmarks else None)
+        stream = watcher.stream(
+            lambda: c.store.rv,
+            timeout=timeout,
+            clock=loop.time,
+            bookmark_interval=self.bookmark_interval if bookmarks else None,
+        )
         try:
             await resp.prepare(request)
             # An API server writes watch events as they are encoded, so clients see a stream of modest
@@ -587,8 +740,9 @@ class APIServer:
                 await resp.write(self._bookmark(rt, render, start_rv, initial_end=True))
             async with contextlib.aclosing(stream):
                 async for batch in stream:
-                    await resp.write(b"".join(self._bookmark(rt, render, e.rv) if e.type == BOOKMARK else encode(e)
-                                              for e in batch))
+                    await resp.write(
+                        b"".join(self._bookmark(rt, render, e.rv) if e.type == BOOKMARK else encode(e) for e in batch)
+                    )
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -612,8 +766,10 @@ class APIServer:
             return lambda ev: _watch_line(ev.type, orjson.dumps(_partial(ev.obj)))
         if render.as_ == "Table":
             return lambda ev: _watch_line(
-                ev.type, orjson.dumps(tables.table(rt.group, rt.kind, [c._as_version(rt, ev.obj)], include_object,
-                                                   with_headers=False))
+                ev.type,
+                orjson.dumps(
+                    tables.table(rt.group, rt.kind, [c._as_version(rt, ev.obj)], include_object, with_headers=False)
+                ),
             )
         if rt.custom or rt.storage_group is not None:  # served in another shape than stored
             return lambda ev: _watch_line(ev.type, orjson.dumps(c._as_version(rt, ev.obj)))
@@ -654,11 +810,19 @@ def _check_watch_list_options(q: Any) -> None:
     (true or false) needs resourceVersionMatch=NotOlderThan, the only match a watch takes, and only with it."""
     match, causes = q.get("resourceVersionMatch", ""), []
     if "sendInitialEvents" in q and match != "NotOlderThan":
-        causes.append(("resourceVersionMatch",
-                       "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )
+        )
     if match and "sendInitialEvents" not in q:
-        causes.append(("resourceVersionMatch",
-                       "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+        causes.append(
+            (
+                "resourceVersionMatch",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )
+        )
     if match and match != "NotOlderThan":
         causes.append(("resourceVersionMatch", f'Unsupported value: "{match}": supported values: "NotOlderThan"'))
     if causes:
@@ -687,7 +851,7 @@ def _list_rv(q: Any, limit: int, current: int) -> int | None:
         raise bad_request("specifying resource version is not allowed when using continue")
     if value in ("", "0"):
         if match == "Exact":
-            raise bad_request("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"")
+            raise bad_request('resourceVersionMatch "Exact" is forbidden for resourceVersion "0"')
         if match and not value:
             raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided")
         return None
@@ -705,10 +869,14 @@ def _scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta},
+        "metadata": {
+            k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+        },
         "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
-        "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
-                   "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items()))},
+        "status": {
+            "replicas": (obj.get("status") or {}).get("replicas", 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items())),
+        },
     }
 
 

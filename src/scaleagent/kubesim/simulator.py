@@ -32,32 +32,69 @@ def limited_policy() -> list[dict]:
     verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LIMITED_NAMESPACE}},
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": "kubesim-limited-cluster"},
-         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": "kubesim-limited-cluster"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubesim-limited-cluster"},
-         "subjects": subject},
-        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": "kubesim-limited-workloads"},
-         "rules": [{"apiGroups": [""], "resources": ["configmaps", "services", "pods"], "verbs": verbs},
-                   {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": verbs},
-                   {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": verbs},
-                   {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]},
-        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "kubesim-limited", "namespace": LIMITED_NAMESPACE},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubesim-limited-workloads"},
-         "subjects": subject},
-        {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": "kubesim-limited-view", "namespace": "default"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
-         "subjects": subject},
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": "kubesim-limited-cluster"},
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kubesim-limited-cluster"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "kubesim-limited-cluster",
+            },
+            "subjects": subject,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRole",
+            "metadata": {"name": "kubesim-limited-workloads"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps", "services", "pods"], "verbs": verbs},
+                {"apiGroups": ["apps"], "resources": ["deployments", "replicasets"], "verbs": verbs},
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": verbs},
+                {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+            ],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": "kubesim-limited", "namespace": LIMITED_NAMESPACE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "kubesim-limited-workloads",
+            },
+            "subjects": subject,
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": {"name": "kubesim-limited-view", "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+            "subjects": subject,
+        },
     ]
 
 
 def kubernetes_service(port: int) -> dict:
     """The `kubernetes` Service every apiserver keeps in `default`, its first cluster IP, pointing
     at the apiserver's own port (no Endpoints: kubesim has no endpoints controller)."""
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"clusterIP": "10.96.0.1", "type": "ClusterIP", "sessionAffinity": "None",
-                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {
+            "clusterIP": "10.96.0.1",
+            "type": "ClusterIP",
+            "sessionAffinity": "None",
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+        },
+    }
 
 
 @dataclass
@@ -77,12 +114,24 @@ class SimCluster:
         return self.cluster.name
 
     def admin_kubeconfig(self) -> dict:
-        return kubeconfig(self.name, self.url, self.pki.ca_pem, user=ADMIN_USER,
-                          cert_pem=self.pki.admin_cert_pem, key_pem=self.pki.admin_key_pem)
+        return kubeconfig(
+            self.name,
+            self.url,
+            self.pki.ca_pem,
+            user=ADMIN_USER,
+            cert_pem=self.pki.admin_cert_pem,
+            key_pem=self.pki.admin_key_pem,
+        )
 
     def limited_kubeconfig(self) -> dict:
-        return kubeconfig(self.name, self.url, self.pki.ca_pem, user=LIMITED_USER, token=self.limited_token,
-                          namespace=LIMITED_NAMESPACE)
+        return kubeconfig(
+            self.name,
+            self.url,
+            self.pki.ca_pem,
+            user=LIMITED_USER,
+            token=self.limited_token,
+            namespace=LIMITED_NAMESPACE,
+        )
 
 
 @dataclass
@@ -102,8 +151,9 @@ class Simulator:
     async def start(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="kubesim-pki-"))
         for i in range(self.clusters):
-            cluster = Cluster(f"{self.name_prefix}-{i}", history=self.history, watch_queue=self.watch_queue,
-                              version=self.version)
+            cluster = Cluster(
+                f"{self.name_prefix}-{i}", history=self.history, watch_queue=self.watch_queue, version=self.version
+            )
             for obj in limited_policy():
                 cluster.create(cluster.rt_for(obj), obj["metadata"].get("namespace", ""), obj, manager="kubesim")
             token = cluster.add_token(LIMITED_USER)
@@ -121,8 +171,9 @@ class Simulator:
             await site.start()
             bound = runner.addresses[0][1]
             member.url = f"https://{self.host}:{bound}"
-            cluster.create(cluster.rt("", "v1", "services"), "default", kubernetes_service(bound),
-                           manager="kube-apiserver")
+            cluster.create(
+                cluster.rt("", "v1", "services"), "default", kubernetes_service(bound), manager="kube-apiserver"
+            )
             member.runner = runner
             self.members.append(member)
 

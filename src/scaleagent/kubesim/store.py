@@ -9,15 +9,14 @@ makes clients relist. Stored objects are never mutated in place; a write stores 
 
 from __future__ import annotations
 
-import builtins
-
 import asyncio
 import base64
+import builtins
 import heapq
 import math
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
 from collections.abc import AsyncGenerator, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -53,7 +52,9 @@ class Event:
 
 class Expired(StatusError):
     def __init__(self, message: str, continue_token: str = "") -> None:
-        super().__init__(410, message, reason="Expired", metadata={"continue": continue_token} if continue_token else None)
+        super().__init__(
+            410, message, reason="Expired", metadata={"continue": continue_token} if continue_token else None
+        )
 
 
 class TooLargeResourceVersion(StatusError):
@@ -62,8 +63,10 @@ class TooLargeResourceVersion(StatusError):
             504,
             f"Too large resource version: {rv}, current: {current}",
             reason="Timeout",
-            details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                     "retryAfterSeconds": 1},
+            details={
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            },
         )
 
 
@@ -122,7 +125,11 @@ class Watcher:
         self.queue.put_nowait(Event(0, ERROR, "", {}))
 
     def stream(
-        self, current_rv: Callable[[], int], *, timeout: float, bookmark_interval: float | None,
+        self,
+        current_rv: Callable[[], int],
+        *,
+        timeout: float,
+        bookmark_interval: float | None,
         clock: Callable[[], float],
     ) -> AsyncGenerator[list[Event], None]:
         """What the watch sends after its initial events: batches of changes, and BOOKMARK events.
@@ -138,7 +145,11 @@ class Watcher:
         return self._stream(current_rv, start + timeout, first_bookmark, bookmark_interval, clock)
 
     async def _stream(
-        self, current_rv: Callable[[], int], deadline: float, next_bookmark: float, bookmark_interval: float | None,
+        self,
+        current_rv: Callable[[], int],
+        deadline: float,
+        next_bookmark: float,
+        bookmark_interval: float | None,
         clock: Callable[[], float],
     ) -> AsyncGenerator[list[Event], None]:
         waiting: Event | None = None
@@ -167,7 +178,7 @@ class Watcher:
                 continue
             try:
                 waiting = await asyncio.wait_for(self.queue.get(), min(deadline, next_bookmark) - now)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
 
@@ -253,8 +264,7 @@ class Store:
         count = self._count_after(resource, overlay, last, hi) if (more and predicate is None) else None
         return items, rv, token, count
 
-    def _count_after(self, resource: str, overlay: dict[str, dict[str, Any] | None], after: str,
-                     hi: str | None) -> int:
+    def _count_after(self, resource: str, overlay: dict[str, dict[str, Any] | None], after: str, hi: str | None) -> int:
         """Objects with keys in (after, hi) at the list's version, without visiting them: the
         current count from the sorted keys, corrected by what changed since that version."""
         objs = self._objects[resource]
@@ -378,7 +388,12 @@ class Store:
                 if w.matches(obj):
                     meta = obj["metadata"]
                     initial.append(
-                        Event(int(meta["resourceVersion"]), ADDED, object_key(meta.get("namespace", ""), meta["name"]), obj)
+                        Event(
+                            int(meta["resourceVersion"]),
+                            ADDED,
+                            object_key(meta.get("namespace", ""), meta["name"]),
+                            obj,
+                        )
                     )
         else:
             if from_rv > self.rv:
@@ -416,4 +431,6 @@ def _decode_continue(token: str) -> tuple[int, str]:
             raise ValueError
         return int(data["rv"]), str(data["start"])
     except Exception:
-        raise StatusError(400, "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)") from None
+        raise StatusError(
+            400, "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        ) from None

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from . import events
 from ..kube.printing import pod_ready, service_ports, since
+from . import events
 
 # name, type, description, value, and optionally the priority (1: shown by `kubectl get -o wide` only)
 Column = tuple[Any, ...]
@@ -37,12 +37,8 @@ def _spec(o: dict[str, Any]) -> dict[str, Any]:
     return o.get("spec") or {}
 
 
-
-
 def _restarts(o: dict[str, Any]) -> int:
     return sum(int(c.get("restartCount", 0)) for c in _status(o).get("containerStatuses") or [])
-
-
 
 
 def _event_first(o: dict[str, Any]) -> str:
@@ -100,10 +96,19 @@ def _component_condition(o: dict[str, Any], field: str) -> str:
 
 
 NAME: Column = ("Name", "string", "Name must be unique within a namespace.", _name)
-AGE: Column = ("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created.", _age)
+AGE: Column = (
+    "Age",
+    "string",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    _age,
+)
 
 COLUMNS: dict[tuple[str, str], list[Column]] = {
-    ("", "Namespace"): [NAME, ("Status", "string", "The status of the namespace", lambda o: _status(o).get("phase", "")), AGE],
+    ("", "Namespace"): [
+        NAME,
+        ("Status", "string", "The status of the namespace", lambda o: _status(o).get("phase", "")),
+        AGE,
+    ],
     ("", "Pod"): [
         NAME,
         ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", pod_ready),
@@ -111,35 +116,83 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
         ("Restarts", "string", "The number of times the containers in this pod have been restarted.", _restarts),
         AGE,
     ],
-    ("", "ConfigMap"): [NAME, ("Data", "string", "Number of data entries", lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {})), AGE],
+    ("", "ConfigMap"): [
+        NAME,
+        (
+            "Data",
+            "string",
+            "Number of data entries",
+            lambda o: len(o.get("data") or {}) + len(o.get("binaryData") or {}),
+        ),
+        AGE,
+    ],
     ("", "ComponentStatus"): [
         NAME,
         ("Status", "string", "Status of the condition for a component.", lambda o: _component_condition(o, "status")),
-        ("Message", "string", "Message about the condition for a component.",
-         lambda o: _component_condition(o, "message")),
+        (
+            "Message",
+            "string",
+            "Message about the condition for a component.",
+            lambda o: _component_condition(o, "message"),
+        ),
         ("Error", "string", "Condition error code for a component.", lambda o: _component_condition(o, "error")),
     ],
-    ("", "ServiceAccount"): [NAME, ("Secrets", "string", "Secrets is a list of the secrets in the same namespace "
-                                    "that pods running using this ServiceAccount are allowed to use.",
-                                    lambda o: len(o.get("secrets") or [])), AGE],
+    ("", "ServiceAccount"): [
+        NAME,
+        (
+            "Secrets",
+            "string",
+            "Secrets is a list of the secrets in the same namespace "
+            "that pods running using this ServiceAccount are allowed to use.",
+            lambda o: len(o.get("secrets") or []),
+        ),
+        AGE,
+    ],
     ("", "Event"): [
-        ("Last Seen", "string", "The time at which the most recent occurrence of this event was recorded.", _event_last),
-        ("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future",
-         lambda o: o.get("type", "")),
-        ("Reason", "string", "This should be a short, machine understandable string that gives the reason for the "
-                             "transition into the object's current status.", lambda o: o.get("reason", "")),
+        (
+            "Last Seen",
+            "string",
+            "The time at which the most recent occurrence of this event was recorded.",
+            _event_last,
+        ),
+        (
+            "Type",
+            "string",
+            "Type of this event (Normal, Warning), new types could be added in the future",
+            lambda o: o.get("type", ""),
+        ),
+        (
+            "Reason",
+            "string",
+            "This should be a short, machine understandable string that gives the reason for the "
+            "transition into the object's current status.",
+            lambda o: o.get("reason", ""),
+        ),
         ("Object", "string", "The object that this event is about.", _event_object),
-        ("Subobject", "string", "The field of the object the event is about.",
-         lambda o: (o.get("involvedObject") or {}).get("fieldPath", ""), 1),
+        (
+            "Subobject",
+            "string",
+            "The field of the object the event is about.",
+            lambda o: (o.get("involvedObject") or {}).get("fieldPath", ""),
+            1,
+        ),
         ("Source", "string", "The component reporting this event.", _event_source, 1),
-        ("Message", "string", "A human-readable description of the status of this operation.",
-         lambda o: (o.get("message") or "").strip()),
+        (
+            "Message",
+            "string",
+            "A human-readable description of the status of this operation.",
+            lambda o: (o.get("message") or "").strip(),
+        ),
         ("First Seen", "string", "The time at which the event was first recorded.", _event_first, 1),
         ("Count", "string", "The number of times this event has occurred.", _event_count, 1),
         ("Name", "string", "Name must be unique within a namespace.", _name, 1),
     ],
-    ("", "Secret"): [NAME, ("Type", "string", "The type of the secret", lambda o: o.get("type", "Opaque")),
-                     ("Data", "string", "Number of data entries", lambda o: len(o.get("data") or {})), AGE],
+    ("", "Secret"): [
+        NAME,
+        ("Type", "string", "The type of the secret", lambda o: o.get("type", "Opaque")),
+        ("Data", "string", "Number of data entries", lambda o: len(o.get("data") or {})),
+        AGE,
+    ],
     ("", "Service"): [
         NAME,
         ("Type", "string", "The type of the service", lambda o: _spec(o).get("type", "ClusterIP")),
@@ -150,11 +203,24 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ],
     ("apps", "Deployment"): [
         NAME,
-        ("Ready", "string", "Number of the pod with ready state", lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 1)}"),
-        ("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
-         lambda o: _status(o).get("updatedReplicas", 0)),
-        ("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
-         lambda o: _status(o).get("availableReplicas", 0)),
+        (
+            "Ready",
+            "string",
+            "Number of the pod with ready state",
+            lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 1)}",
+        ),
+        (
+            "Up-to-date",
+            "string",
+            "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+            lambda o: _status(o).get("updatedReplicas", 0),
+        ),
+        (
+            "Available",
+            "string",
+            "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+            lambda o: _status(o).get("availableReplicas", 0),
+        ),
         AGE,
     ],
     ("apps", "ReplicaSet"): [
@@ -167,8 +233,12 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("batch", "Job"): [
         NAME,
         ("Status", "string", "Status of the job.", lambda o: "Complete" if _status(o).get("succeeded") else "Running"),
-        ("Completions", "string", "The completion status of the job.",
-         lambda o: f"{_status(o).get('succeeded', 0)}/{_spec(o).get('completions', 1)}"),
+        (
+            "Completions",
+            "string",
+            "The completion status of the job.",
+            lambda o: f"{_status(o).get('succeeded', 0)}/{_spec(o).get('completions', 1)}",
+        ),
         AGE,
     ],
 }
@@ -184,8 +254,14 @@ def columns_for(group: str, kind: str) -> list[Column]:
     return COLUMNS.get((group, kind), [NAME, AGE])
 
 
-def table(group: str, kind: str, objs: list[dict[str, Any]], include_object: str = "Metadata",
-          list_meta: dict[str, Any] | None = None, with_headers: bool = True) -> dict[str, Any]:
+def table(
+    group: str,
+    kind: str,
+    objs: list[dict[str, Any]],
+    include_object: str = "Metadata",
+    list_meta: dict[str, Any] | None = None,
+    with_headers: bool = True,
+) -> dict[str, Any]:
     cols = columns_for(group, kind)
     rows = []
     for o in objs:
@@ -200,9 +276,18 @@ def table(group: str, kind: str, objs: list[dict[str, Any]], include_object: str
         rows.append(row)
     out: dict[str, Any] = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta or {}}
     out["columnDefinitions"] = (
-        [{"name": c[0], "type": c[1], "format": "name" if c[0] == "Name" else "", "description": c[2],
-          "priority": c[4] if len(c) > 4 else 0} for c in cols]
-        if with_headers else []
+        [
+            {
+                "name": c[0],
+                "type": c[1],
+                "format": "name" if c[0] == "Name" else "",
+                "description": c[2],
+                "priority": c[4] if len(c) > 4 else 0,
+            }
+            for c in cols
+        ]
+        if with_headers
+        else []
     )
     out["rows"] = rows
     return out

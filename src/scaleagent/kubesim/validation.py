@@ -32,14 +32,18 @@ def name_problems(rt: ResourceType, name: str) -> list[str]:
         return []
     if (rt.group, rt.kind) in _LABEL_NAMED:
         if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
-            return ["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-                    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
+            return [
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+                "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ]
         return []
     if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
-        return ["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-                "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]
+        return [
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+            "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        ]
     return []
 
 
@@ -84,8 +88,12 @@ def _workload_problems(spec: Any) -> list[tuple[str, str]]:
             if selector.empty:
                 out.append(("spec.selector", "Invalid value: empty selector is invalid for deployment"))
             elif not selector.matches(labels):
-                out.append(("spec.template.metadata.labels",
-                            f"Invalid value: {labels!r}: `selector` does not match template `labels`"))
+                out.append(
+                    (
+                        "spec.template.metadata.labels",
+                        f"Invalid value: {labels!r}: `selector` does not match template `labels`",
+                    )
+                )
     containers = ((template.get("spec") or {}).get("containers")) or []
     if not containers:
         out.append(("spec.template.spec.containers", "Required value"))
@@ -112,15 +120,21 @@ def _crd_problems(crd: dict[str, Any]) -> list[tuple[str, str]]:
     if not names.get("kind"):
         out.append(("spec.names.kind", "Required value"))
     if crd.get("metadata", {}).get("name") != f"{plural}.{group}":
-        out.append(("metadata.name", f'Invalid value: "{crd.get("metadata", {}).get("name")}": '
-                                      f"must be spec.names.plural+\".\"+spec.group"))
+        out.append(
+            (
+                "metadata.name",
+                f'Invalid value: "{crd.get("metadata", {}).get("name")}": must be spec.names.plural+"."+spec.group',
+            )
+        )
     versions = spec.get("versions") or []
     if not versions:
         out.append(("spec.versions", "Invalid value: must have exactly one version marked as storage version"))
     elif sum(1 for v in versions if v.get("storage")) != 1:
         out.append(("spec.versions", "Invalid value: must have exactly one version marked as storage version"))
     if spec.get("scope") not in ("Namespaced", "Cluster"):
-        out.append(("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"'))
+        out.append(
+            ("spec.scope", f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"')
+        )
     return out
 
 
@@ -281,7 +295,8 @@ def qos_class(spec: dict[str, Any]) -> str:
         requested = requested or any(k in ("cpu", "memory") for k in {**requests, **limits})
         limited = limited or bool(limits)
         if not all(k in limits for k in ("cpu", "memory")) or any(
-                str(requests.get(k, limits[k])) != str(limits[k]) for k in ("cpu", "memory")):
+            str(requests.get(k, limits[k])) != str(limits[k]) for k in ("cpu", "memory")
+        ):
             guaranteed = False
     if not requested:
         return "BestEffort"
@@ -299,25 +314,48 @@ def admit_pod(spec: dict[str, Any], namespace_random: str) -> None:
         mounts_at = "/var/run/secrets/kubernetes.io/serviceaccount"
         volumes = spec.setdefault("volumes", [])
         if not any(isinstance(v, dict) and v.get("name", "").startswith("kube-api-access-") for v in volumes):
-            volumes.append({"name": volume, "projected": {"sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
-                                                                              "fieldPath": "metadata.namespace"}}]}},
-            ], "defaultMode": 420}})
+            volumes.append(
+                {
+                    "name": volume,
+                    "projected": {
+                        "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                            {
+                                "downwardAPI": {
+                                    "items": [
+                                        {
+                                            "path": "namespace",
+                                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                                        }
+                                    ]
+                                }
+                            },
+                        ],
+                        "defaultMode": 420,
+                    },
+                }
+            )
             for field in ("initContainers", "containers"):
                 for c in spec.get(field) or []:
-                    if isinstance(c, dict) and not any(m.get("mountPath") == mounts_at
-                                                       for m in c.get("volumeMounts") or [] if isinstance(m, dict)):
-                        c.setdefault("volumeMounts", []).append({"name": volume, "readOnly": True,
-                                                                 "mountPath": mounts_at})
+                    if isinstance(c, dict) and not any(
+                        m.get("mountPath") == mounts_at for m in c.get("volumeMounts") or [] if isinstance(m, dict)
+                    ):
+                        c.setdefault("volumeMounts", []).append(
+                            {"name": volume, "readOnly": True, "mountPath": mounts_at}
+                        )
     if not spec.get("priorityClassName"):
         spec.setdefault("priority", 0)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     tolerations = spec.setdefault("tolerations", [])
     for taint in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
-        if not any(isinstance(t, dict) and t.get("key") in (taint, None, "") and t.get("operator") == "Exists"
-                   and t.get("effect") in ("NoExecute", None, "") for t in tolerations):
+        if not any(
+            isinstance(t, dict)
+            and t.get("key") in (taint, None, "")
+            and t.get("operator") == "Exists"
+            and t.get("effect") in ("NoExecute", None, "")
+            for t in tolerations
+        ):
             tolerations.append({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
 
 

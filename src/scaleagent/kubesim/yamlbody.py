@@ -58,7 +58,9 @@ def loads(raw: bytes, max_nodes: int) -> Any:
         if node is None:
             return None
         nodes, expansions = _expanded_size(node)
-        if nodes > max_nodes or (expansions > 100 and nodes > 1000 and expansions / nodes > _allowed_alias_ratio(nodes)):
+        if nodes > max_nodes or (
+            expansions > 100 and nodes > 1000 and expansions / nodes > _allowed_alias_ratio(nodes)
+        ):
             raise yaml.YAMLError("document contains excessive aliasing")
         return loader.construct_document(node)
     except RecursionError:

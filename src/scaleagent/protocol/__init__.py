@@ -14,8 +14,11 @@ PROTOCOL_VERSION = 1
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["AgentLink"].full_name
 
 EVENT_TYPES: dict[str, pb.EventType] = {
-    "ADDED": pb.ADDED, "MODIFIED": pb.MODIFIED, "DELETED": pb.DELETED,
-    "SNAPSHOT_BEGIN": pb.SNAPSHOT_BEGIN, "SNAPSHOT_END": pb.SNAPSHOT_END,
+    "ADDED": pb.ADDED,
+    "MODIFIED": pb.MODIFIED,
+    "DELETED": pb.DELETED,
+    "SNAPSHOT_BEGIN": pb.SNAPSHOT_BEGIN,
+    "SNAPSHOT_END": pb.SNAPSHOT_END,
 }
 EVENT_TYPE_NAMES: dict[pb.EventType, str] = {v: k for k, v in EVENT_TYPES.items()}
 

@@ -23,7 +23,9 @@ class AccountExists(StoreError):
 
     def __init__(self, names: list[str]) -> None:
         listed = ", ".join(map(repr, names))
-        super().__init__(f"account{'s' if len(names) > 1 else ''} {listed} already exist{'' if len(names) > 1 else 's'}")
+        super().__init__(
+            f"account{'s' if len(names) > 1 else ''} {listed} already exist{'' if len(names) > 1 else 's'}"
+        )
         self.names = names
 
 

@@ -95,9 +95,11 @@ async def _upgrade_locked(engine: AsyncEngine, display: str) -> str | None:
         if dialect == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         elif dialect == "mysql":
-            got = (await conn.execute(
-                text("SELECT GET_LOCK(:name, :timeout)"), {"name": _LOCK_NAME, "timeout": MIGRATION_LOCK_SECONDS}
-            )).scalar()
+            got = (
+                await conn.execute(
+                    text("SELECT GET_LOCK(:name, :timeout)"), {"name": _LOCK_NAME, "timeout": MIGRATION_LOCK_SECONDS}
+                )
+            ).scalar()
             if got != 1:
                 raise StoreError(
                     f"{display}: waited {MIGRATION_LOCK_SECONDS} s for another hub replica to finish migrating "
@@ -126,5 +128,5 @@ async def _release_mysql_lock(conn: AsyncConnection) -> None:
         await conn.rollback()
         await conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _LOCK_NAME})
         await conn.rollback()
-    except Exception:  # noqa: BLE001 - anything: the connection must not go back to the pool
+    except Exception:
         await conn.invalidate()

@@ -155,8 +155,9 @@ class Account(Base):
     failed_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
-    source: Mapped[str] = mapped_column(String(LENGTHS["source"]), nullable=False, default="agent",
-                                        server_default="agent")
+    source: Mapped[str] = mapped_column(
+        String(LENGTHS["source"]), nullable=False, default="agent", server_default="agent"
+    )
     desired_state: Mapped[str | None] = mapped_column(String(LENGTHS["desired_state"]))
 
 

@@ -133,9 +133,15 @@ class CredentialsRow:
 
     @classmethod
     def _from_model(cls, row: Credentials) -> CredentialsRow:
-        return cls(id=row.id, name=row.name, type=row.type, body=json.loads(json.dumps(row.body or {})),
-                   created_at=_utc(row.created_at), updated_at=_utc(row.updated_at),
-                   migrated_at=None if row.migrated_at is None else _utc(row.migrated_at))
+        return cls(
+            id=row.id,
+            name=row.name,
+            type=row.type,
+            body=json.loads(json.dumps(row.body or {})),
+            created_at=_utc(row.created_at),
+            updated_at=_utc(row.updated_at),
+            migrated_at=None if row.migrated_at is None else _utc(row.migrated_at),
+        )
 
 
 _KEEP: Any = object()
@@ -158,7 +164,9 @@ def async_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # SQLAlchemy's message repeats the URL
-        raise StoreError("database URL: SQLAlchemy cannot parse it; the value is not shown, it may hold a password") from None
+        raise StoreError(
+            "database URL: SQLAlchemy cannot parse it; the value is not shown, it may hold a password"
+        ) from None
     dialect, _, driver = parsed.drivername.partition("+")
     wanted = _DRIVERS[dialect]  # check_database_url admitted only these dialects
     if driver and driver != wanted:
@@ -284,8 +292,9 @@ class Store:
             row = (await session.execute(select(Account).where(Account.name == name))).scalar_one_or_none()
             return None if row is None else AccountRow._from_model(row)
 
-    async def list_accounts(self, *, states: Collection[str] = (), source: str | None = None,
-                            names: Collection[str] = ()) -> list[AccountRow]:
+    async def list_accounts(
+        self, *, states: Collection[str] = (), source: str | None = None, names: Collection[str] = ()
+    ) -> list[AccountRow]:
         """All accounts ordered by name, or only those in one of `states` when it is not empty,
         only those created by `source` (see SOURCES) when it is given, and only those named in
         `names` when it is not empty."""
@@ -317,7 +326,9 @@ class Store:
         _check_name(name)
         _check_state(state)
         if error_message is not None and not isinstance(error_message, str):
-            raise StoreError(f"set_state {name!r}: error_message must be a string or None, got {type(error_message).__name__}")
+            raise StoreError(
+                f"set_state {name!r}: error_message must be a string or None, got {type(error_message).__name__}"
+            )
         async with self._transaction("set_state", name) as session:
             result = await session.execute(
                 update(Account)
@@ -352,16 +363,23 @@ class Store:
             return []
         try:
             async with self._transaction("create_accounts") as session:
-                existing = sorted((await session.execute(
-                    select(Account.name).where(Account.name.in_(list(checked)))
-                )).scalars())
+                existing = sorted(
+                    (await session.execute(select(Account.name).where(Account.name.in_(list(checked))))).scalars()
+                )
                 if existing:
                     raise AccountExists(existing)
                 now = _now()
                 rows = []
                 for name, values in checked.items():
-                    row = Account(name=name, state="INACTIVE", properties={}, failed_count=0, created_at=now,
-                                  updated_at=now, source="agent")
+                    row = Account(
+                        name=name,
+                        state="INACTIVE",
+                        properties={},
+                        failed_count=0,
+                        created_at=now,
+                        updated_at=now,
+                        source="agent",
+                    )
                     for key, value in values.items():
                         setattr(row, key, value)
                     session.add(row)
@@ -369,7 +387,7 @@ class Store:
                 await session.flush()
                 return [AccountRow._from_model(row) for row in rows]
         except IntegrityError:
-            raced = sorted((r.name for r in await self._existing(list(checked))))
+            raced = sorted(r.name for r in await self._existing(list(checked)))
             raise AccountExists(raced or sorted(checked)) from None
 
     async def update_accounts(
@@ -402,9 +420,12 @@ class Store:
         if not checked:
             return []
         async with self._transaction("update_accounts") as session:
-            found = {row.name: row for row in (await session.execute(
-                select(Account).where(Account.name.in_(list(checked))).with_for_update()
-            )).scalars()}
+            found = {
+                row.name: row
+                for row in (
+                    await session.execute(select(Account).where(Account.name.in_(list(checked))).with_for_update())
+                ).scalars()
+            }
             now = _now()
             for name, values in checked.items():
                 row = found.get(name)
@@ -418,8 +439,9 @@ class Store:
             await session.flush()
             return [AccountRow._from_model(found[name]) for name in checked]
 
-    async def update_account(self, name: str, *, expect_states: Collection[str] | None = None,
-                             **fields: Any) -> AccountRow:
+    async def update_account(
+        self, name: str, *, expect_states: Collection[str] | None = None, **fields: Any
+    ) -> AccountRow:
         """Update one existing account; `update_accounts` for one name (same errors, never
         creates a row)."""
         expect = None if expect_states is None else {name: expect_states}
@@ -434,31 +456,38 @@ class Store:
         if not names:
             return []
         async with self._transaction("delete_accounts") as session:
-            existing = sorted((await session.execute(
-                select(Account.name).where(Account.name.in_(list(names))).with_for_update()
-            )).scalars())
+            existing = sorted(
+                (
+                    await session.execute(select(Account.name).where(Account.name.in_(list(names))).with_for_update())
+                ).scalars()
+            )
             if existing:
                 await session.execute(
-                    delete(Account).where(Account.name.in_(existing)).execution_options(synchronize_session=False))
+                    delete(Account).where(Account.name.in_(existing)).execution_options(synchronize_session=False)
+                )
             return existing
 
     async def _existing(self, names: list[str]) -> list[AccountRow]:
         async with self._transaction("create_accounts") as session:
-            return [AccountRow._from_model(row) for row in (await session.execute(
-                select(Account).where(Account.name.in_(names)))).scalars()]
+            return [
+                AccountRow._from_model(row)
+                for row in (await session.execute(select(Account).where(Account.name.in_(names)))).scalars()
+            ]
 
     # --- Account Management definitions (clouddriver_credentials) -------------------------------
 
-    async def create_credentials(self, name: str, type: str, body: Mapping[str, Any], *,
-                                 migrated_at: datetime | None = None) -> CredentialsRow:
+    async def create_credentials(
+        self, name: str, type: str, body: Mapping[str, Any], *, migrated_at: datetime | None = None
+    ) -> CredentialsRow:
         """Store a new definition; CredentialsExist if the name has one (also when another replica
         stores it at the same moment: the unique constraint decides), and nothing is written."""
         _check_name(name)
         values = _check_credentials(type, body)
         try:
             async with self._transaction("create_credentials", name) as session:
-                exists = (await session.execute(
-                    select(Credentials.id).where(Credentials.name == name))).scalar_one_or_none()
+                exists = (
+                    await session.execute(select(Credentials.id).where(Credentials.name == name))
+                ).scalar_one_or_none()
                 if exists is not None:
                     raise CredentialsExist(name)
                 now = _now()
@@ -469,8 +498,14 @@ class Store:
         except IntegrityError:
             raise CredentialsExist(name) from None
 
-    async def update_credentials(self, name: str, *, type: str | None = None, body: Mapping[str, Any] | None = None,
-                                 migrated_at: datetime | None = _KEEP) -> CredentialsRow:
+    async def update_credentials(
+        self,
+        name: str,
+        *,
+        type: str | None = None,
+        body: Mapping[str, Any] | None = None,
+        migrated_at: datetime | None = _KEEP,
+    ) -> CredentialsRow:
         """Replace an existing definition's type and body (those given) and/or set `migrated_at`
         (None clears it); CredentialsNotFound if there is none. Never creates one: a write about a
         definition deleted meanwhile must not bring it back."""
@@ -483,8 +518,9 @@ class Store:
         if migrated_at is not _KEEP:
             values["migrated_at"] = migrated_at
         async with self._transaction("update_credentials", name) as session:
-            row = (await session.execute(
-                select(Credentials).where(Credentials.name == name).with_for_update())).scalar_one_or_none()
+            row = (
+                await session.execute(select(Credentials).where(Credentials.name == name).with_for_update())
+            ).scalar_one_or_none()
             if row is None:
                 raise CredentialsNotFound(name)
             row.updated_at = max(_now(), _utc(row.updated_at))
@@ -493,8 +529,9 @@ class Store:
             await session.flush()
             return CredentialsRow._from_model(row)
 
-    async def upsert_credentials(self, name: str, type: str, body: Mapping[str, Any], *,
-                                 migrated: bool = False) -> CredentialsRow:
+    async def upsert_credentials(
+        self, name: str, type: str, body: Mapping[str, Any], *, migrated: bool = False
+    ) -> CredentialsRow:
         """Store the definition, replacing any by that name. `migrated` records that it is a
         dynamic account now (keeping an earlier `migrated_at`). Two replicas writing the same new
         name at once: the loser's insert hits the unique constraint and it retries as an update."""
@@ -503,8 +540,9 @@ class Store:
         for attempt in (1, 2):
             try:
                 async with self._transaction("upsert_credentials", name) as session:
-                    row = (await session.execute(
-                        select(Credentials).where(Credentials.name == name).with_for_update())).scalar_one_or_none()
+                    row = (
+                        await session.execute(select(Credentials).where(Credentials.name == name).with_for_update())
+                    ).scalar_one_or_none()
                     now = _now()
                     if row is None:
                         row = Credentials(name=name, created_at=now, updated_at=now, migrated_at=None)
@@ -519,8 +557,10 @@ class Store:
                     return CredentialsRow._from_model(row)
             except IntegrityError as exc:
                 if attempt == 2:
-                    raise StoreError(f"upsert_credentials {name!r} on {self.url_for_display}: the database refused "
-                                     f"it twice: {self._reason(exc)}") from None
+                    raise StoreError(
+                        f"upsert_credentials {name!r} on {self.url_for_display}: the database refused "
+                        f"it twice: {self._reason(exc)}"
+                    ) from None
         raise AssertionError("unreachable")
 
     async def get_credentials(self, name: str) -> CredentialsRow | None:
@@ -530,8 +570,9 @@ class Store:
             row = (await session.execute(select(Credentials).where(Credentials.name == name))).scalar_one_or_none()
             return None if row is None else CredentialsRow._from_model(row)
 
-    async def list_credentials(self, *, type: str | None = None, start: str | None = None,
-                               limit: int | None = None) -> list[CredentialsRow]:
+    async def list_credentials(
+        self, *, type: str | None = None, start: str | None = None, limit: int | None = None
+    ) -> list[CredentialsRow]:
         """Definitions ordered by name: only of `type` when given, from the name `start` on
         (inclusive, as Clouddriver's `startingAccountName`), at most `limit`."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
@@ -551,7 +592,8 @@ class Store:
         _check_name(name)
         async with self._transaction("delete_credentials", name) as session:
             result = await session.execute(
-                delete(Credentials).where(Credentials.name == name).execution_options(synchronize_session=False))
+                delete(Credentials).where(Credentials.name == name).execution_options(synchronize_session=False)
+            )
             return _rowcount(result) > 0
 
     async def claim_credentials(self, name: str) -> bool:
@@ -563,7 +605,8 @@ class Store:
                 update(Credentials)
                 .where(Credentials.name == name, Credentials.migrated_at.is_(None))
                 .values(migrated_at=_now())
-                .execution_options(synchronize_session=False))
+                .execution_options(synchronize_session=False)
+            )
             return _rowcount(result) == 1
 
     # --- helpers ------------------------------------------------------------------------------
@@ -665,7 +708,9 @@ def _make_parent_dir(url: URL, display: str) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"cannot create the directory {str(parent)!r} for the database {display}: {exc.strerror}") from None
+        raise StoreError(
+            f"cannot create the directory {str(parent)!r} for the database {display}: {exc.strerror}"
+        ) from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise StoreError(
             f"the directory {str(parent)!r} of the database {display} is not writable by this user; SQLite "
@@ -705,7 +750,9 @@ def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
     and alike on every database (they differ on over-long strings and on types)."""
     unknown = sorted(set(fields) - set(_FIELDS))
     if unknown:
-        raise StoreError(f"unknown account field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(_FIELDS)}")
+        raise StoreError(
+            f"unknown account field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(_FIELDS)}"
+        )
     values = dict(fields)
     for key, value in values.items():
         if key == "state":
@@ -726,7 +773,9 @@ def _check_fields(fields: dict[str, Any]) -> dict[str, Any]:
                 # A round trip both checks it is JSON and detaches it from the caller's object.
                 values[key] = json.loads(json.dumps(value, allow_nan=False))
             except (TypeError, ValueError) as exc:
-                raise StoreError(f"properties must be JSON (str keys; str, number, bool, None, list, dict values): {exc}") from None
+                raise StoreError(
+                    f"properties must be JSON (str keys; str, number, bool, None, list, dict values): {exc}"
+                ) from None
         elif key == "failed_count":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise StoreError(f"failed_count must be an integer >= 0, got {value!r}")

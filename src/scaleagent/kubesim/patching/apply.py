@@ -4,9 +4,10 @@ ToFieldSet, Compare, prune, conflicts) and of the apiserver's fieldmanager chain
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 from .errors import ApplyConflict, PatchError, _SchemaError
 from .schema import _T, _elem, _field, _granular_map, _list_type, _schema, _zero_object
@@ -110,7 +111,7 @@ def _normalize_pe(pe: str) -> str:
             raise ValueError(pe)
         return tag + _canon_json(value)
     if tag == "i:":
-        return "i:%d" % int(body)
+        return f"i:{int(body)}"
     raise ValueError(f"unknown path element {pe!r}")
 
 
@@ -217,32 +218,40 @@ def _index_items(t: _T, items: list, path: tuple) -> tuple[list, dict]:
     return order, found
 
 
-def _compare(l: Any, r: Any, t: _T, path: tuple, added: set, modified: set, removed: set) -> None:
+def _compare(left: Any, r: Any, t: _T, path: tuple, added: set, modified: set, removed: set) -> None:
     """structured-merge-diff's Compare: which fields ``r`` added, modified or removed."""
-    if l is r:
+    if left is r:
         return  # shared, unchanged subtree (results of this module share what they do not change)
-    if isinstance(l, dict) or isinstance(r, dict):
-        if (l is _MISSING or l is None or isinstance(l, dict)) and (r is _MISSING or r is None or isinstance(r, dict)) \
-                and _granular_map(t):
-            ld = l if isinstance(l, dict) else {}
+    if isinstance(left, dict) or isinstance(r, dict):
+        if (
+            (left is _MISSING or left is None or isinstance(left, dict))
+            and (r is _MISSING or r is None or isinstance(r, dict))
+            and _granular_map(t)
+        ):
+            ld = left if isinstance(left, dict) else {}
             rd = r if isinstance(r, dict) else {}
             if ld or rd:
                 for key, lv in ld.items():
-                    _compare(lv, rd.get(key, _MISSING), _field(t, key)[0], path + ("f:" + key,), added, modified, removed)
+                    _compare(
+                        lv, rd.get(key, _MISSING), _field(t, key)[0], path + ("f:" + key,), added, modified, removed
+                    )
                 for key, rv in rd.items():
                     if key not in ld:
                         _compare(_MISSING, rv, _field(t, key)[0], path + ("f:" + key,), added, modified, removed)
-                if l is _MISSING:
+                if left is _MISSING:
                     added.add(path)
                 elif r is _MISSING:
                     removed.add(path)
                 return
-    elif isinstance(l, list) or isinstance(r, list):
-        if (l is _MISSING or l is None or isinstance(l, list)) and (r is _MISSING or r is None or isinstance(r, list)) \
-                and _list_type(t) != "atomic":
-            ll = l if isinstance(l, list) else []
+    elif isinstance(left, list) or isinstance(r, list):
+        if (
+            (left is _MISSING or left is None or isinstance(left, list))
+            and (r is _MISSING or r is None or isinstance(r, list))
+            and _list_type(t) != "atomic"
+        ):
+            ll = left if isinstance(left, list) else []
             rl = r if isinstance(r, list) else []
-            if l is not _MISSING and r is not _MISSING and _eq(ll, rl):
+            if left is not _MISSING and r is not _MISSING and _eq(ll, rl):
                 return  # equal lists: skip computing the item keys
             if ll or rl:
                 l_order, l_items = _index_items(t, ll, path)
@@ -252,35 +261,36 @@ def _compare(l: Any, r: Any, t: _T, path: tuple, added: set, modified: set, remo
                 for pe in l_order:
                     if pe not in r_items:
                         _compare(l_items[pe], _MISSING, t.elem, path + (pe,), added, modified, removed)
-                if l is _MISSING:
+                if left is _MISSING:
                     added.add(path)
                 elif r is _MISSING:
                     removed.add(path)
                 return
-    if l is _MISSING:
+    if left is _MISSING:
         added.add(path)
     elif r is _MISSING:
         removed.add(path)
-    elif not _eq(l, r):
+    elif not _eq(left, r):
         modified.add(path)
 
 
-def _merge(l: Any, r: Any, t: _T) -> Any:
-    """structured-merge-diff's merge of an applied configuration ``r`` into ``l``.
+def _merge(left: Any, r: Any, t: _T) -> Any:
+    """structured-merge-diff's merge of an applied configuration ``r`` into ``left``.
 
     A null in the configuration stays null in the result (so that nulling a field owned
     by someone else is a conflict, as in Kubernetes); :func:`_drop_nulls` removes them
     once ownership is settled, as the apiserver's typed round-trip does.
     """
     if r is None:
-        if (isinstance(l, dict) and l and _granular_map(t)) or \
-                (isinstance(l, list) and l and _list_type(t) != "atomic"):
-            return l
+        if (isinstance(left, dict) and left and _granular_map(t)) or (
+            isinstance(left, list) and left and _list_type(t) != "atomic"
+        ):
+            return left
         return None
     if isinstance(r, dict):
         if not _granular_map(t):
             return r
-        ld = l if isinstance(l, dict) else {}
+        ld = left if isinstance(left, dict) else {}
         out = dict(ld)
         for k, rv in r.items():
             out[k] = _merge(ld.get(k, _MISSING), rv, _field(t, k)[0])
@@ -288,7 +298,7 @@ def _merge(l: Any, r: Any, t: _T) -> Any:
     if isinstance(r, list):
         if _list_type(t) == "atomic":
             return r
-        return _merge_list(l if isinstance(l, list) else [], r, t)
+        return _merge_list(left if isinstance(left, list) else [], r, t)
     return r
 
 
@@ -433,19 +443,37 @@ def _remove_paths(v: Any, t: _T, node: dict) -> Any:
 # --------------------------------------------------------------------------- managedFields
 
 # fieldmanager's stripMetaManager removes exactly these paths from every manager's set.
-_STRIPPED = frozenset([
-    ("f:apiVersion",), ("f:kind",), ("f:metadata",),
-    ("f:metadata", "f:name"), ("f:metadata", "f:namespace"), ("f:metadata", "f:creationTimestamp"),
-    ("f:metadata", "f:selfLink"), ("f:metadata", "f:uid"), ("f:metadata", "f:clusterName"),
-    ("f:metadata", "f:generation"), ("f:metadata", "f:managedFields"), ("f:metadata", "f:resourceVersion"),
-])
+_STRIPPED = frozenset(
+    [
+        ("f:apiVersion",),
+        ("f:kind",),
+        ("f:metadata",),
+        ("f:metadata", "f:name"),
+        ("f:metadata", "f:namespace"),
+        ("f:metadata", "f:creationTimestamp"),
+        ("f:metadata", "f:selfLink"),
+        ("f:metadata", "f:uid"),
+        ("f:metadata", "f:clusterName"),
+        ("f:metadata", "f:generation"),
+        ("f:metadata", "f:managedFields"),
+        ("f:metadata", "f:resourceVersion"),
+    ]
+)
 
 
 class _Entry:
     __slots__ = ("manager", "operation", "api_version", "time", "subresource", "paths", "source")
 
-    def __init__(self, manager: str, operation: str, api_version: str, time: str | None,
-                 subresource: str, paths: set, source: tuple | None = None):
+    def __init__(
+        self,
+        manager: str,
+        operation: str,
+        api_version: str,
+        time: str | None,
+        subresource: str,
+        paths: set,
+        source: tuple | None = None,
+    ):
         self.manager = manager
         self.operation = operation
         self.api_version = api_version
@@ -497,7 +525,8 @@ def _decode_managed(mf: Any) -> dict[tuple, _Entry] | None:
             manager = e.get("manager") or ""
             subresource = e.get("subresource") or ""
             out[_entry_key(manager, op, subresource, api_version)] = _Entry(
-                manager, op, api_version, e.get("time"), subresource, set(parsed), (parsed, fields))
+                manager, op, api_version, e.get("time"), subresource, set(parsed), (parsed, fields)
+            )
     except (ValueError, TypeError, AttributeError):
         return None
     return out
@@ -593,8 +622,16 @@ def _diff(lhs: dict, rhs: dict, root: _T, reset: tuple[tuple, ...]) -> tuple[set
     return _drop_reset(added, reset), _drop_reset(modified, reset), _drop_reset(removed, reset)
 
 
-def _track_update(managers: dict[tuple, _Entry], lhs: dict, rhs: dict, key: tuple, entry_args: tuple[str, str, str],
-                  root: _T, reset: tuple[tuple, ...], now: str) -> None:
+def _track_update(
+    managers: dict[tuple, _Entry],
+    lhs: dict,
+    rhs: dict,
+    key: tuple,
+    entry_args: tuple[str, str, str],
+    root: _T,
+    reset: tuple[tuple, ...],
+    now: str,
+) -> None:
     """An Update operation: the writer takes every field it changed, nobody keeps removed ones."""
     added, modified, removed = _diff(lhs, rhs, root, reset)
     changed = (added | modified) - _STRIPPED
@@ -616,8 +653,9 @@ def _is_reset_request(mf: Any) -> bool:
     return isinstance(mf, list) and (not mf or (len(mf) == 1 and mf[0] == {}))
 
 
-def record_update(old: dict | None, new: dict, *, manager: str, group: str, version: str, kind: str,
-                  now: str, subresource: str = "") -> dict:
+def record_update(
+    old: dict | None, new: dict, *, manager: str, group: str, version: str, kind: str, now: str, subresource: str = ""
+) -> dict:
     """Record the ownership of a non-apply write (create, update, patch) in ``new``.
 
     The fields that differ between ``old`` and ``new`` go to ``manager`` with operation
@@ -653,8 +691,9 @@ def record_update(old: dict | None, new: dict, *, manager: str, group: str, vers
     lhs = _without_managed(old) if old is not None else _zero_object(group, kind)
     key = _entry_key(manager, "Update", subresource, api_version)
     try:
-        _track_update(managers, lhs, new_body, key, (manager, "Update", api_version), root,
-                      _reset_prefixes(subresource), now)
+        _track_update(
+            managers, lhs, new_body, key, (manager, "Update", api_version), root, _reset_prefixes(subresource), now
+        )
     except _SchemaError:
         return _with_managed(new_body, {})
     _finish_managers(managers)
@@ -683,8 +722,18 @@ def _conflict_error(conflicts: list[tuple[_Entry, list[tuple]]]) -> ApplyConflic
     return ApplyConflict(pairs, message, causes)
 
 
-def server_side_apply(live: dict | None, applied: dict, *, manager: str, force: bool, group: str,
-                      version: str, kind: str, now: str, subresource: str = "") -> dict:
+def server_side_apply(
+    live: dict | None,
+    applied: dict,
+    *,
+    manager: str,
+    force: bool,
+    group: str,
+    version: str,
+    kind: str,
+    now: str,
+    subresource: str = "",
+) -> dict:
     """Server-side apply of the configuration ``applied`` onto ``live`` (None: create).
 
     The configuration is the manager's full intent. It is merged into the live object
@@ -720,8 +769,16 @@ def server_side_apply(live: dict | None, applied: dict, *, manager: str, force: 
         if live_body is not None and not managers:
             # Fields of an object nobody tracked yet belong to "before-first-apply".
             bfa = _entry_key("before-first-apply", "Update", subresource, api_version)
-            _track_update(managers, _zero_object(group, kind), live_body, bfa,
-                          ("before-first-apply", "Update", api_version), root, reset, now)
+            _track_update(
+                managers,
+                _zero_object(group, kind),
+                live_body,
+                bfa,
+                ("before-first-apply", "Update", api_version),
+                root,
+                reset,
+                now,
+            )
 
         base = live_body if live_body is not None else {}
         merged = _merge(base, applied, root)
@@ -733,8 +790,15 @@ def server_side_apply(live: dict | None, applied: dict, *, manager: str, force: 
 
         key = _entry_key(manager, "Apply", subresource, api_version)
         previous = managers.get(key)
-        entry = _Entry(manager, "Apply", api_version, previous.time if previous else None, subresource,
-                       applied_set, previous.source if previous else None)
+        entry = _Entry(
+            manager,
+            "Apply",
+            api_version,
+            previous.time if previous else None,
+            subresource,
+            applied_set,
+            previous.source if previous else None,
+        )
         managers[key] = entry
 
         if previous is not None and not previous.paths <= applied_set:

@@ -163,7 +163,8 @@ def _validate_set_order(patch_list: list, order: list, mk: str | None) -> None:
         oi += 1
     if pi < len(items):
         raise PatchError(
-            f"The order in patch list:\n{patch_list}\n doesn't match $setElementOrder list:\n{order}\n", 400)
+            f"The order in patch list:\n{patch_list}\n doesn't match $setElementOrder list:\n{order}\n", 400
+        )
 
 
 def _smp_list(orig: list, patch: list, t: _T, delete_list: bool) -> list:
@@ -182,8 +183,9 @@ def _delete_from_slice(current: list, to_delete: list) -> list:
 def _merge_slice(original: list, patch: list, t: _T, delete_list: bool) -> list:
     if not original and not patch:
         return list(original)
-    kinds = {("map" if isinstance(x, dict) else "list" if isinstance(x, list) else "scalar")
-             for x in (*original, *patch)}
+    kinds = {
+        ("map" if isinstance(x, dict) else "list" if isinstance(x, list) else "scalar") for x in (*original, *patch)
+    }
     if "list" in kinds:
         raise PatchError("lists of lists are not supported", 422)
     if len(kinds) > 1:
@@ -294,8 +296,9 @@ def _normalize_slice_order(to_sort: list, order: list, mk: str | None) -> list:
     return [x for _, x in items]
 
 
-def _normalize_order(patch_items: list, server_only: list, patch_order: list, server_order: list,
-                     mk: str | None) -> list:
+def _normalize_order(
+    patch_items: list, server_only: list, patch_order: list, server_order: list, mk: str | None
+) -> list:
     """apimachinery's normalizeElementOrder + mergeSortedSlice.
 
     Patch items keep the patch's order, server-only items the live order; the two are
