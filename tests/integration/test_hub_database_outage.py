@@ -1,6 +1,9 @@
 """The hub's database goes away for a few seconds at the moment an account becomes ACTIVE: the
 write is tried again until the database answers, so the account does not stay ACTIVATING (it
-did, for good, until the hub restarted)."""
+did, for good, until the hub restarted). In the middle of a DELETE, the account the database
+kept is followed again (it stayed ACTIVE with no agent); in the middle of a deactivation, the
+account ends INACTIVE once the database is back. And a write the registry queued before a DELETE
+does not recreate the deleted row (found by tests/drills/test_drill_dynamic_accounts.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +16,16 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from e2e_stack import through  # noqa: E402
-from helpers import AgentProcess, HubProcess, TcpProxy, write_yaml  # noqa: E402
+from e2e_stack import through
+from helpers import AgentProcess, HubProcess, TcpProxy, write_yaml
 
 
 def via(url: str, proxy: TcpProxy) -> str:
     parts = urlsplit(url)
     credentials = parts.netloc.rpartition("@")[0]
-    return urlunsplit(parts._replace(netloc=f"{credentials}@127.0.0.1:{proxy.port}" if credentials
-                                     else f"127.0.0.1:{proxy.port}"))
+    return urlunsplit(
+        parts._replace(netloc=f"{credentials}@127.0.0.1:{proxy.port}" if credentials else f"127.0.0.1:{proxy.port}")
+    )
 
 
 @pytest.fixture(params=["postgresql", "mariadb"])
@@ -38,25 +42,42 @@ def test_an_account_activated_during_a_database_outage_becomes_active_once_it_is
     server = urlsplit(__import__("yaml").safe_load(kubesim.admin(1).read_text())["clusters"][0]["cluster"]["server"])
     cluster = TcpProxy(server.hostname or "127.0.0.1", server.port or 443)
     cluster.refusing = True  # the agent takes the account but cannot reach its cluster yet
-    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", {
-        "server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": db_url},
-        "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 2}}))
-    agent = AgentProcess(write_yaml(tmp_path / "agent.yaml", {
-        "server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}}),
-        print_events=False)
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 2},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp_path / "agent.yaml",
+            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+        ),
+        print_events=False,
+    )
     try:
         agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         kubeconfig = through(kubesim.admin(1), cluster, tmp_path / "cluster.yaml")
-        assert hub.post("/armory/accounts", [{"name": "dyn", "kubeconfigFile": str(kubeconfig),
-                                              "kinds": ["Namespace"]}])[0] == 201
+        assert (
+            hub.post("/armory/accounts", [{"name": "dyn", "kubeconfigFile": str(kubeconfig), "kinds": ["Namespace"]}])[
+                0
+            ]
+            == 201
+        )
         assert hub_patch(hub, [{"name": "dyn", "state": "ACTIVE"}]) == 202
         hub.wait_until("/armory/accounts/dyn", lambda d: d["state"] == "ACTIVATING", what="ACTIVATING")
 
         db.refusing = True  # the database goes away...
         db.cut()
         cluster.refusing = False  # ...just as the agent reaches the cluster and reports it watched
-        agent.wait_health(lambda d: any(a["name"] == "dyn" and a["state"] == "watching" for a in d["accounts"]),
-                          what="the account watching")
+        agent.wait_health(
+            lambda d: any(a["name"] == "dyn" and a["state"] == "watching" for a in d["accounts"]),
+            what="the account watching",
+        )
         hub.wait_log(r"dynamic accounts: .*(described failed|trying again)", what="the failed write logged")
         db.refusing = False  # ...and comes back
 
@@ -67,13 +88,253 @@ def test_an_account_activated_during_a_database_outage_becomes_active_once_it_is
         cluster.close()
 
 
+def test_a_deactivation_the_database_interrupts_ends_inactive_once_it_is_back(database, kubesim, tmp_path):
+    """PATCH INACTIVE: the agent stops following the account, and the database goes away before
+    the hub records INACTIVE. The write is tried again until the database answers. It was
+    dropped (a traceback in the log), and the account stayed DEACTIVATING until the periodic
+    repair failed it and a retry ended it, two retryFrequencySeconds later.
+
+    The agent is frozen (SIGSTOP) while the hub awaits its answer, so that the database can go
+    away exactly then."""
+    import signal
+
+    db_url, db = database
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 60},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp_path / "agent.yaml",
+            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+        ),
+        print_events=False,
+    )
+    try:
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        assert (
+            hub.post(
+                "/armory/accounts",
+                [{"name": "paused", "kubeconfigFile": str(kubesim.admin(1)), "kinds": ["Namespace"]}],
+            )[0]
+            == 201
+        )
+        assert hub_patch(hub, [{"name": "paused", "state": "ACTIVE"}]) == 202
+        hub.wait_until("/armory/accounts/paused", lambda d: d["state"] == "ACTIVE", what="ACTIVE")
+
+        agent.proc.send_signal(signal.SIGSTOP)  # it will answer DeleteAccounts once let go
+        try:
+            assert hub_patch(hub, [{"name": "paused", "state": "INACTIVE"}]) == 202
+            hub.wait_log(r"asking agent \S+ to delete account\(s\) paused", what="DeleteAccounts sent")
+            db.refusing = True  # the database goes away while the agent stops following it
+            db.cut()
+        finally:
+            agent.proc.send_signal(signal.SIGCONT)
+        hub.wait_log(r"deactivat.*(trying again until the database answers|failed)", what="the failed write")
+        db.refusing = False
+
+        hub.wait_until("/armory/accounts/paused", lambda d: d["state"] == "INACTIVE", timeout=20, what="INACTIVE")
+        assert hub.get("/api/v1/accounts/paused")[0] == 404  # no agent follows it
+    finally:
+        agent.stop()
+        hub.stop()
+
+
+class RowLock:
+    """A transaction of the test's own, straight to the database, holding one account's row
+    (SELECT ... FOR UPDATE) until released: a write of the hub to that row waits, and the
+    registry's writes queued behind it wait too, as behind a slow database."""
+
+    def __init__(self, url: str, name: str) -> None:
+        import threading
+
+        self.url, self.name = url, name
+        self.locked, self.released = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.locked.wait(30), "the row lock was not taken"
+
+    def _run(self) -> None:
+        import asyncio
+
+        from sqlalchemy import text
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        from scaleagent.hub.store import async_url
+
+        async def hold() -> None:
+            engine = create_async_engine(async_url(self.url))
+            try:
+                async with engine.connect() as conn:
+                    transaction = await conn.begin()
+                    await conn.execute(
+                        text("SELECT id FROM kubesvc_accounts WHERE name = :name FOR UPDATE"), {"name": self.name}
+                    )
+                    self.locked.set()
+                    await asyncio.to_thread(self.released.wait, 60)
+                    await transaction.rollback()
+            finally:
+                await engine.dispose()
+
+        asyncio.run(hold())
+
+    def release(self) -> None:
+        self.released.set()
+        self.thread.join(30)
+
+
+def test_a_deleted_account_is_not_recreated_by_a_write_queued_before_its_delete(database, kubesim, tmp_path):
+    """The registry records what agents say in the background, in order. A write queued for an
+    account (its agent stopped following it) that ran after the account's DELETE recreated its
+    row, as if an agent's own file named it: the name was taken for good (POST 409, DELETE 404).
+    The drill under dynamic-account churn met it once in seven runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db_url, db = database
+    direct = via(db_url, db).replace(f":{db.port}", f":{db.target[1]}")
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp_path / "agent.yaml",
+            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+        ),
+        print_events=False,
+    )
+    lock = None
+    try:
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        accounts = [
+            {"name": n, "kubeconfigFile": str(kubesim.admin(1)), "kinds": ["Namespace"]} for n in ("blocker", "reused")
+        ]
+        assert hub.post("/armory/accounts", accounts)[0] == 201
+        assert hub_patch(hub, [{"name": n, "state": "ACTIVE"} for n in ("blocker", "reused")]) == 202
+        hub.wait_until(
+            "/armory/accounts?state=ACTIVE",
+            lambda d: {"blocker", "reused"} <= {a["name"] for a in d},
+            what="both ACTIVE",
+        )
+
+        lock = RowLock(direct, "blocker")
+        with ThreadPoolExecutor(1) as pool:
+            # The registry's write for 'blocker' (its agent stopped following it) waits on the
+            # lock, and so does the deletion of its row...
+            deleting = pool.submit(hub_request, hub, "DELETE", "/armory/accounts/blocker", None)
+            hub.wait_until(
+                "/api/v1/accounts",
+                lambda d: "blocker" not in {a["name"] for a in d},
+                what="blocker let go by its agent",
+            )
+            # ...and the write for 'reused', queued behind it, runs after 'reused' is deleted.
+            assert hub_request(hub, "DELETE", "/armory/accounts/reused", None) == 200
+            lock.release()
+            assert deleting.result(timeout=60) == 200
+
+        assert hub.post("/armory/accounts", [{"name": "reused"}])[0] == 201  # the name is free again
+    finally:
+        if lock is not None:
+            lock.release()
+        agent.stop()
+        hub.stop()
+
+
 def hub_patch(hub: HubProcess, body: list) -> int:
+    return hub_request(hub, "PATCH", "/armory/accounts", body)
+
+
+def test_an_account_whose_delete_the_database_refused_is_still_followed(database, kubesim, tmp_path):
+    """DELETE tells the agents to stop, then deletes the rows. If the database goes away in
+    between, the answer is a 503 and the account stays, as it was: ACTIVE, so it must be followed
+    again once the database is back. It stayed ACTIVE with no agent and no objects, for good.
+
+    The agent is frozen (SIGSTOP) while the hub awaits its answer, so that the database can go
+    away exactly between the two steps."""
+    import signal
+    from concurrent.futures import ThreadPoolExecutor
+
+    db_url, db = database
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": db_url},
+                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 1},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            tmp_path / "agent.yaml",
+            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+        ),
+        print_events=False,
+    )
+    try:
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        assert (
+            hub.post(
+                "/armory/accounts", [{"name": "kept", "kubeconfigFile": str(kubesim.admin(1)), "kinds": ["Namespace"]}]
+            )[0]
+            == 201
+        )
+        assert hub_patch(hub, [{"name": "kept", "state": "ACTIVE"}]) == 202
+        hub.wait_until("/armory/accounts/kept", lambda d: d["state"] == "ACTIVE", what="ACTIVE")
+        hub.wait_until("/api/v1/accounts/kept/objects?kind=Namespace", lambda d: d["items"], what="its objects")
+
+        agent.proc.send_signal(signal.SIGSTOP)  # it will answer DeleteAccounts once let go
+        with ThreadPoolExecutor(1) as pool:
+            try:
+                deleting = pool.submit(hub_request, hub, "DELETE", "/armory/accounts/kept", None)
+                hub.wait_log(r"asking agent \S+ to delete account\(s\) kept", what="DeleteAccounts sent")
+                db.refusing = True  # the database goes away while the agent stops following it
+                db.cut()
+            finally:
+                agent.proc.send_signal(signal.SIGCONT)
+            status = deleting.result(timeout=60)
+        db.refusing = False
+
+        if status == 200:  # the rows went first: the account is gone, and so are its objects
+            hub.wait_until("/api/v1/accounts", lambda d: "kept" not in {a["name"] for a in d}, what="no objects")
+            assert hub.get("/armory/accounts/kept")[0] == 404
+        else:  # refused: the account is as it was, ACTIVE and followed
+            assert status == 503, status
+            hub.wait_until(
+                "/api/v1/accounts/kept/objects?kind=Namespace",
+                lambda d: d["items"],
+                timeout=30,
+                what="the account followed again",
+            )
+            assert hub.json("/armory/accounts/kept")["state"] == "ACTIVE"
+    finally:
+        agent.stop()
+        hub.stop()
+
+
+def hub_request(hub: HubProcess, method: str, path: str, body: object) -> int:
+    """The status of a request with a JSON body (or none), as a user's client gets it."""
     import json
     import urllib.error
     import urllib.request
 
-    request = urllib.request.Request(hub.url + "/armory/accounts", data=json.dumps(body).encode(), method="PATCH",
-                                     headers={"Content-Type": "application/json"})
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        hub.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status

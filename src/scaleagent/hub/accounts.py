@@ -30,18 +30,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..kube.reflector import Backoff
 from .account_models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
 from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
 from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
 from .states import TRANSIENT, AccountState, TransitionError, check_transition
-from ..kube.reflector import Backoff
 from .store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
 
 if TYPE_CHECKING:
@@ -78,8 +79,10 @@ class UnknownAccounts(Exception):
         if missing:
             parts.append(f"no account named {', '.join(map(repr, missing))}")
         if configured:
-            parts.append(f"{', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} configured in "
-                         "an agent's own file, not a dynamic account: change it there")
+            parts.append(
+                f"{', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} configured in "
+                "an agent's own file, not a dynamic account: change it there"
+            )
         super().__init__("; ".join(parts))
         self.names = [*missing, *configured]
 
@@ -110,8 +113,16 @@ class AccountsService:
     the dispatcher (AddAccounts/DeleteAccounts). `start()` after the registry's, `stop()` before
     the store closes."""
 
-    def __init__(self, store: Store, registry: Registry, dispatcher: Dispatcher, *,
-                 config: DynamicAccountsConfig, box: SecretBox, resolver: KubeconfigResolver) -> None:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        dispatcher: Dispatcher,
+        *,
+        config: DynamicAccountsConfig,
+        box: SecretBox,
+        resolver: KubeconfigResolver,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.dispatcher = dispatcher
@@ -131,10 +142,17 @@ class AccountsService:
     @classmethod
     def for_hub(cls, config: HubConfig, store: Store, registry: Registry, dispatcher: Dispatcher) -> AccountsService:
         """The service as a hub builds it from its configuration."""
-        box = SecretBox.for_hub(config.dynamic_accounts.encryption_key.get_secret_value(), config.database.url,
-                                store.url_for_display)
-        return cls(store, registry, dispatcher, config=config.dynamic_accounts, box=box,
-                   resolver=KubeconfigResolver.from_config(config.kubernetes))
+        box = SecretBox.for_hub(
+            config.dynamic_accounts.encryption_key.get_secret_value(), config.database.url, store.url_for_display
+        )
+        return cls(
+            store,
+            registry,
+            dispatcher,
+            config=config.dynamic_accounts,
+            box=box,
+            resolver=KubeconfigResolver.from_config(config.kubernetes),
+        )
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -147,8 +165,12 @@ class AccountsService:
         for row in rows:
             if row.state in TRANSIENT:
                 what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
-                await self._move(row.name, [row.state], S.FAILED,
-                                 error_message=f"the hub restarted during the {what}; it will be retried")
+                await self._move(
+                    row.name,
+                    [row.state],
+                    S.FAILED,
+                    error_message=f"the hub restarted during the {what}; it will be retried",
+                )
         self.registry.listeners.append(self._on_registry)
         self._retry_task = asyncio.get_running_loop().create_task(self._retry_forever(), name="accounts retries")
         self._started = True
@@ -172,8 +194,17 @@ class AccountsService:
     async def create(self, accounts: list[AccountIn]) -> list[AccountRow]:
         """Store new accounts INACTIVE, all or none. Raises Conflict if a name exists."""
         _check_unique(a.name for a in accounts)
-        rows = {a.name: {"zone_id": a.zoneId, "kubeconfig_file": a.kubeconfigFile, "properties": _settings(a.given()),
-                         "source": SOURCE, "state": S.INACTIVE, "desired_state": S.INACTIVE} for a in accounts}
+        rows = {
+            a.name: {
+                "zone_id": a.zoneId,
+                "kubeconfig_file": a.kubeconfigFile,
+                "properties": _settings(a.given()),
+                "source": SOURCE,
+                "state": S.INACTIVE,
+                "desired_state": S.INACTIVE,
+            }
+            for a in accounts
+        }
         try:
             created = await self.store.create_accounts(rows)
         except AccountExists as e:
@@ -181,8 +212,10 @@ class AccountsService:
             configured = [r.name for r in existing if r.source != SOURCE]
             message = f"{e}: choose another name"
             if configured:
-                message += (f" ({', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} "
-                            "configured in an agent's own file)")
+                message += (
+                    f" ({', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} "
+                    "configured in an agent's own file)"
+                )
             raise Conflict(message) from None
         self.registry.managed.update(rows)
         self._deleted.difference_update(rows)
@@ -230,9 +263,12 @@ class AccountsService:
                 if target is not None:
                     check_transition(row.name, row.state, target)
                 elif changed and row.state in TRANSIENT:
-                    raise TransitionError(row.name, row.state, row.state,
-                                          f"its settings cannot change while it is {row.state}; wait until the "
-                                          "request in progress ends")
+                    raise TransitionError(
+                        row.name,
+                        row.state,
+                        row.state,
+                        f"its settings cannot change while it is {row.state}; wait until the request in progress ends",
+                    )
             except TransitionError as e:
                 transitions.append(e)
                 continue
@@ -252,19 +288,22 @@ class AccountsService:
         try:
             written = await self.store.update_accounts(updates, expect_states=expect)
         except StateConflict as e:
-            raise Conflict(f"{e} any more: it changed while this request was being checked; look at it again "
-                           "and repeat the request if it still applies") from None
+            raise Conflict(
+                f"{e} any more: it changed while this request was being checked; look at it again "
+                "and repeat the request if it still applies"
+            ) from None
         except AccountNotFound as e:
             raise UnknownAccounts([e.name]) from None
         for row in written:
             if row.name in to_migrate or row.name in to_deactivate:
-                log.info("account %s: %s requested", row.name,
-                         "migration" if row.name in to_migrate else "deactivation")
+                log.info(
+                    "account %s: %s requested", row.name, "migration" if row.name in to_migrate else "deactivation"
+                )
         self._notify()
         if to_migrate:
-            self._spawn(self._migrate(to_migrate), "migrate")
+            self._handle(lambda: self._migrate(to_migrate), f"migration of {', '.join(to_migrate)}")
         if to_deactivate:
-            self._spawn(self._deactivate(to_deactivate), "deactivate")
+            self._handle(lambda: self._deactivate(to_deactivate), f"deactivation of {', '.join(to_deactivate)}")
         by_name = {row.name: row for row in written}
         return [by_name.get(name, rows[name]) for name in names]
 
@@ -276,14 +315,14 @@ class AccountsService:
             raise InvalidRequest(str(e)) from None
         return (await self._own([name]))[name]
 
-    async def list_accounts(self, *, states: Collection[str] = (), zone_id: str | None = None,
-                            name: str | None = None) -> list[AccountRow]:
+    async def list_accounts(
+        self, *, states: Collection[str] = (), zone_id: str | None = None, name: str | None = None
+    ) -> list[AccountRow]:
         """Dynamic accounts ordered by name, filtered by state (any of), zone and name (exact,
         or a pattern with `*` and `?`)."""
         bad = [s for s in states if s not in S.__members__]
         if bad:
-            raise InvalidRequest(f"state: {', '.join(map(repr, bad))} is not an account state; "
-                                 f"use {', '.join(S)}")
+            raise InvalidRequest(f"state: {', '.join(map(repr, bad))} is not an account state; use {', '.join(S)}")
         rows = await self.store.list_accounts(states=list(states), source=SOURCE)
         if zone_id is not None:
             rows = [r for r in rows if (r.zone_id or "") == zone_id]
@@ -309,7 +348,16 @@ class AccountsService:
             for name, result in (await self._delete_on(targets)).items():
                 for agent, reason in result:
                     warnings.append(f"account {name!r}: agent {agent} did not confirm it stopped: {reason}")
-            deleted = await self.store.delete_accounts(names)
+            try:
+                deleted = await self.store.delete_accounts(names)
+            except StoreError:
+                # Refused (a 503): the rows stay as they were, but their agents have stopped. An
+                # ACTIVE account would stay ACTIVE with no agent and no objects: follow it again
+                # once the database answers.
+                stopped = [name for name, sessions in targets.items() if sessions]
+                if stopped:
+                    self._handle(lambda: self._follow_again(stopped), f"account(s) {', '.join(stopped)} not deleted")
+                raise
         for name in deleted:
             # While an agent still describes it, the registry must keep treating it as managed.
             if name not in self.registry.accounts:
@@ -318,8 +366,10 @@ class AccountsService:
                 self._deleted.add(name)
                 record = self.registry.accounts[name]
                 if record.state != "ACTIVE" or not record.sessions:
-                    warnings.append(f"account {name!r}: its agent is not connected; it is told to stop following "
-                                    "the account when it comes back")
+                    warnings.append(
+                        f"account {name!r}: its agent is not connected; it is told to stop following "
+                        "the account when it comes back"
+                    )
         for warning in warnings:
             log.warning("%s", warning)
         log.info("dynamic accounts deleted: %s", ", ".join(deleted))
@@ -357,8 +407,11 @@ class AccountsService:
                 try:
                     specs[row.name] = await self._resolve(row)
                 except (KubeconfigRefError, EncryptionKeyError, StoreError) as e:
-                    await self._fail(row.name, [S.TO_MIGRATE], f"cannot resolve kubeconfigFile: {e}"
-                                     if isinstance(e, KubeconfigRefError) else str(e))
+                    await self._fail(
+                        row.name,
+                        [S.TO_MIGRATE],
+                        f"cannot resolve kubeconfigFile: {e}" if isinstance(e, KubeconfigRefError) else str(e),
+                    )
             rows = [r for r in rows if r.name in specs]
             # Where each account goes: its zone's agents, the agents already following it (new
             # settings), or else the first connected agent that takes it.
@@ -380,8 +433,12 @@ class AccountsService:
             for name in unreachable:
                 zone = next(r.zone_id for r in rows if r.name == name)
                 where = f"in zone {zone!r} " if zone is not None else ""
-                await self._fail(name, [S.TO_MIGRATE], f"no agent {where}that accepts dynamic accounts is connected "
-                                                      f"to this hub{self._connected_summary()}")
+                await self._fail(
+                    name,
+                    [S.TO_MIGRATE],
+                    f"no agent {where}that accepts dynamic accounts is connected "
+                    f"to this hub{self._connected_summary()}",
+                )
                 to_all.pop(name, None)
             sending = [*to_all, *(r.name for r in first_taker)]
             moved = await self._move_all(sending, [S.TO_MIGRATE], S.ACTIVATING)
@@ -405,8 +462,9 @@ class AccountsService:
                 result = await self._add(session, [specs[n] for n in remaining])
                 taken = self._record_answers(session, result, refusals)
                 for name in taken:
-                    await self._store_quietly(name, [S.ACTIVATING], zone_id=session.zone_id or None,
-                                              agent_id=session.agent_id)
+                    await self._store_quietly(
+                        name, [S.ACTIVATING], zone_id=session.zone_id or None, agent_id=session.agent_id
+                    )
                 remaining = [n for n in remaining if n not in taken]
             for name in moved:
                 sent = self._sent.get(name)
@@ -429,8 +487,12 @@ class AccountsService:
             encrypted = self.box.encrypt(content)
         if encrypted is not None or row.kubeconfig_encrypted is not None:
             await self.store.update_account(row.name, expect_states=[S.TO_MIGRATE], kubeconfig_encrypted=encrypted)
-        return DynamicAccountSpec(name=row.name, kubeconfig=content, context=row.properties.get("context"),
-                                  properties=_agent_properties(row.properties))
+        return DynamicAccountSpec(
+            name=row.name,
+            kubeconfig=content,
+            context=row.properties.get("context"),
+            properties=_agent_properties(row.properties),
+        )
 
     async def _stored_spec(self, row: AccountRow) -> Any:
         """The account to send again (recovery): the stored snapshot, decrypted."""
@@ -442,19 +504,24 @@ class AccountsService:
             content = self.box.decrypt(row.kubeconfig_encrypted)
         elif row.kubeconfig_file:
             raise DecryptionError("no kubeconfig snapshot is stored; migrate the account again (PATCH state ACTIVE)")
-        return DynamicAccountSpec(name=row.name, kubeconfig=content, context=row.properties.get("context"),
-                                  properties=_agent_properties(row.properties))
+        return DynamicAccountSpec(
+            name=row.name,
+            kubeconfig=content,
+            context=row.properties.get("context"),
+            properties=_agent_properties(row.properties),
+        )
 
     async def _add(self, session: Session, specs: list[Any]) -> dict[str, tuple[bool, str]]:
         """AddAccounts to one session; whatever goes wrong is a refusal with the reason."""
         try:
             return await self.dispatcher.add(session, specs, timeout=self.config.agent_timeout_seconds)
-        except Exception as e:  # noqa: BLE001 - a refusal with the reason, whatever went wrong
+        except Exception as e:
             log.exception("sending AddAccounts to agent %s failed", session.agent_id)
             return {spec.name: (False, f"cannot send to agent {session.agent_id}: {e}") for spec in specs}
 
-    def _record_answers(self, session: Session, result: dict[str, tuple[bool, str]],
-                        refusals: dict[str, list[str]]) -> list[str]:
+    def _record_answers(
+        self, session: Session, result: dict[str, tuple[bool, str]], refusals: dict[str, list[str]]
+    ) -> list[str]:
         """Note which accounts `session` took (they now wait for its report) and why it refused
         the others; returns the names taken."""
         taken = []
@@ -491,19 +558,40 @@ class AccountsService:
                 if following:
                     targets[row.name] = following
                 else:
-                    await self._move(row.name, [S.TO_DEACTIVATE], S.INACTIVE, error_message=None,
-                                     kubeconfig_encrypted=None)
+                    await self._move(
+                        row.name, [S.TO_DEACTIVATE], S.INACTIVE, error_message=None, kubeconfig_encrypted=None
+                    )
             moved = await self._move_all(list(targets), [S.TO_DEACTIVATE], S.DEACTIVATING)
             failures = await self._delete_on({name: targets[name] for name in moved})
+            # The agents have acted: what they did is recorded even if the database fails now
+            # (tried again until it answers), or the account would stay DEACTIVATING.
             for name in moved:
                 if failures.get(name):
                     why = "; ".join(f"agent {agent}: {reason}" for agent, reason in failures[name])
-                    await self._fail(name, [S.DEACTIVATING], f"deactivation: not every agent stopped following it: {why}")
+                    await self._retrying(
+                        functools.partial(
+                            self._fail,
+                            name,
+                            [S.DEACTIVATING],
+                            f"deactivation: not every agent stopped following it: {why}",
+                        ),
+                        f"account {name} deactivation",
+                    )
                 else:
-                    await self._move(name, [S.DEACTIVATING], S.INACTIVE, error_message=None, kubeconfig_encrypted=None)
+                    await self._retrying(
+                        functools.partial(
+                            self._move,
+                            name,
+                            [S.DEACTIVATING],
+                            S.INACTIVE,
+                            error_message=None,
+                            kubeconfig_encrypted=None,
+                        ),
+                        f"account {name} deactivation",
+                    )
             self._notify()
 
-    async def _delete_on(self, targets: dict[str, Iterable[Session]]) -> dict[str, list[tuple[str, str]]]:
+    async def _delete_on(self, targets: Mapping[str, Iterable[Session]]) -> dict[str, list[tuple[str, str]]]:
         """DeleteAccounts to each session for its accounts, all sessions at once; returns
         {name: [(agent id, reason)]} of the refusals."""
         per_session: dict[str, tuple[Session, list[str]]] = {}
@@ -514,7 +602,7 @@ class AccountsService:
         async def one(session: Session, batch: list[str]) -> dict[str, tuple[bool, str]]:
             try:
                 return await self.dispatcher.delete(session, batch, timeout=self.config.agent_timeout_seconds)
-            except Exception as e:  # noqa: BLE001 - reported as a refusal
+            except Exception as e:
                 log.exception("sending DeleteAccounts to agent %s failed", session.agent_id)
                 return {name: (False, f"cannot send to agent {session.agent_id}: {e}") for name in batch}
 
@@ -536,13 +624,14 @@ class AccountsService:
             if record.name in self.registry.managed and record.agent_state in ("watching", "error"):
                 name, state, reason = record.name, record.agent_state, record.reason
                 cluster = (record.api_host, record.fingerprint)
-                self._handle(lambda: self._on_described(session, name, state, reason, cluster=cluster),
-                             f"account {name} described by agent {session.agent_id}")
+                self._handle(
+                    lambda: self._on_described(session, name, state, reason, cluster=cluster),
+                    f"account {name} described by agent {session.agent_id}",
+                )
         elif what == "rejected" and session is not None and record is not None:
             if record.name in self.registry.managed:
                 name, reason = record.name, session.rejected.get(record.name, "the hub refused it")
-                self._handle(lambda: self._on_described(session, name, "error", reason),
-                             f"account {name} rejected")
+                self._handle(lambda: self._on_described(session, name, "error", reason), f"account {name} rejected")
         elif what == "orphaned" and record is not None and record.name in self.registry.managed:
             name = record.name
             self._handle(lambda: self._on_orphaned(name), f"account {name} orphaned")
@@ -577,8 +666,9 @@ class AccountsService:
                 await asyncio.sleep(backoff.next())
                 continue
             if failed_since is not None:
-                log.info("dynamic accounts: %s: done after the database came back (%.0fs)", what,
-                         loop.time() - failed_since)
+                log.info(
+                    "dynamic accounts: %s: done after the database came back (%.0fs)", what, loop.time() - failed_since
+                )
             return
 
     async def _notifying(self, work: Awaitable[Any]) -> None:
@@ -587,8 +677,9 @@ class AccountsService:
         finally:
             self._notify()
 
-    async def _on_described(self, session: Session, name: str, agent_state: str, reason: str,
-                            cluster: tuple[str, str] = ("", "")) -> None:
+    async def _on_described(
+        self, session: Session, name: str, agent_state: str, reason: str, cluster: tuple[str, str] = ("", "")
+    ) -> None:
         """An agent reports on an account: watching makes it ACTIVE (recording the cluster it
         reached at once, rather than after the registry's own write); an error fails a
         migration once every agent it was sent to has failed or left."""
@@ -599,8 +690,12 @@ class AccountsService:
                 if agent_state != "stopped":
                     failures = await self._delete_on({name: [session]})
                     if failures:
-                        log.warning("account %s was deleted but agent %s still follows it and did not stop: %s",
-                                    name, session.agent_id, failures[name])
+                        log.warning(
+                            "account %s was deleted but agent %s still follows it and did not stop: %s",
+                            name,
+                            session.agent_id,
+                            failures[name],
+                        )
                 return
             if row is None or row.source != SOURCE:
                 return
@@ -620,8 +715,12 @@ class AccountsService:
                     # Left over (a deactivation the hub did not finish): the agent must stop.
                     failures = await self._delete_on({name: [session]})
                     if failures:
-                        log.warning("account %s is INACTIVE but agent %s still follows it and did not stop: %s",
-                                    name, session.agent_id, failures[name])
+                        log.warning(
+                            "account %s is INACTIVE but agent %s still follows it and did not stop: %s",
+                            name,
+                            session.agent_id,
+                            failures[name],
+                        )
                 return
             # agent_state == "error"
             if sent is None or session.id not in sent.sessions:
@@ -666,9 +765,12 @@ class AccountsService:
             row = await self.store.get_account(name)
             if row is None or row.source != SOURCE or row.state != S.ACTIVE:
                 return
-            if await self._move(name, [S.ACTIVE], S.ORPHANED,
-                                error_message="every agent serving it went away; it is sent again to the next agent "
-                                              "of its zone"):
+            if await self._move(
+                name,
+                [S.ACTIVE],
+                S.ORPHANED,
+                error_message="every agent serving it went away; it is sent again to the next agent of its zone",
+            ):
                 log.warning("account %s is ORPHANED", name)
         # Another connected agent of its zone can take it now.
         for session in self._sessions(None):
@@ -694,8 +796,9 @@ class AccountsService:
                 try:
                     specs.append(await self._stored_spec(row))
                 except (DecryptionError, EncryptionKeyError) as e:
-                    if row.kubeconfig_file and await self._move(row.name, [row.state], S.TO_MIGRATE,
-                                                                error_message=f"cannot be sent again: {e}"):
+                    if row.kubeconfig_file and await self._move(
+                        row.name, [row.state], S.TO_MIGRATE, error_message=f"cannot be sent again: {e}"
+                    ):
                         # The snapshot is unreadable (a key rotated or lost): resolve the reference afresh.
                         log.warning("account %s: stored kubeconfig unreadable (%s); migrating it again", row.name, e)
                         self._spawn(self._migrate([row.name]), "migrate again")
@@ -718,6 +821,13 @@ class AccountsService:
                     accepted, reason = result.get(spec.name, (False, "no answer"))
                     log.warning("account %s: agent %s did not take it back: %s", spec.name, session.agent_id, reason)
             return bool(taken)
+
+    async def _follow_again(self, names: list[str]) -> None:
+        """Send these accounts again (from their stored kubeconfig) to connected agents that may
+        take them: a DELETE stopped their agents but could not delete their rows. Accounts that
+        are not ACTIVE or ORPHANED are left to the repair and retries."""
+        for session in self._sessions(None):
+            await self._recover(session, only=names)
 
     def _wants(self, row: AccountRow, session: Session) -> bool:
         """Whether `session` should be sent `row` to recover it."""
@@ -755,39 +865,53 @@ class AccountsService:
             if (now - row.updated_at).total_seconds() < self.config.retry_frequency_seconds:
                 continue
             record = self.registry.accounts.get(row.name)
-            watching = [s for s in self._live(self.registry.sessions.get(i) for i in (record.sessions if record else ()))
-                        if record is not None and record.agent_state == "watching"]
+            watching = [
+                s
+                for s in self._live(self.registry.sessions.get(i) for i in (record.sessions if record else ()))
+                if record is not None and record.agent_state == "watching"
+            ]
             if row.state == S.ACTIVATING and watching and record is not None:
-                log.warning("account %s: ACTIVATING although agent %s watches it (a lost write); repairing",
-                            row.name, watching[0].agent_id)
-                await self._on_described(watching[0], row.name, "watching", "",
-                                         cluster=(record.api_host, record.fingerprint))
+                log.warning(
+                    "account %s: ACTIVATING although agent %s watches it (a lost write); repairing",
+                    row.name,
+                    watching[0].agent_id,
+                )
+                await self._on_described(
+                    watching[0], row.name, "watching", "", cluster=(record.api_host, record.fingerprint)
+                )
             elif row.name not in self._sent or not self._sessions_following(row.name):
                 self._sent.pop(row.name, None)
                 what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
-                if await self._move(row.name, [row.state], S.FAILED,
-                                    error_message=f"the {what} stopped half-way (a database write failed); "
-                                                  "it will be retried"):
+                if await self._move(
+                    row.name,
+                    [row.state],
+                    S.FAILED,
+                    error_message=f"the {what} stopped half-way (a database write failed); it will be retried",
+                ):
                     log.warning("account %s: stuck %s; FAILED, to be retried", row.name, row.state)
 
     async def retry_failed(self) -> None:
         """Try once more the FAILED accounts that have retries left and failed at least
         retryFrequencySeconds ago: a migration, or a deactivation, as their user asked."""
         now = datetime.now(UTC)
-        due = [r for r in await self.store.list_accounts(states=[S.FAILED], source=SOURCE)
-               if r.failed_count <= self.config.max_retries
-               and (now - r.updated_at).total_seconds() >= self.config.retry_frequency_seconds]
+        due = [
+            r
+            for r in await self.store.list_accounts(states=[S.FAILED], source=SOURCE)
+            if r.failed_count <= self.config.max_retries
+            and (now - r.updated_at).total_seconds() >= self.config.retry_frequency_seconds
+        ]
         migrate = [r.name for r in due if r.desired_state != S.INACTIVE and r.name not in self._sent]
         deactivate = [r.name for r in due if r.desired_state == S.INACTIVE]
         migrate = await self._move_all(migrate, [S.FAILED], S.TO_MIGRATE)
         deactivate = await self._move_all(deactivate, [S.FAILED], S.TO_DEACTIVATE)
         for name in [*migrate, *deactivate]:
-            log.info("account %s: retrying (after %d failure(s))", name,
-                     next(r.failed_count for r in due if r.name == name))
+            log.info(
+                "account %s: retrying (after %d failure(s))", name, next(r.failed_count for r in due if r.name == name)
+            )
         if migrate:
-            self._spawn(self._migrate(migrate), "retry migrate")
+            self._handle(lambda: self._migrate(migrate), f"migration of {', '.join(migrate)} (retry)")
         if deactivate:
-            self._spawn(self._deactivate(deactivate), "retry deactivate")
+            self._handle(lambda: self._deactivate(deactivate), f"deactivation of {', '.join(deactivate)} (retry)")
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -800,7 +924,9 @@ class AccountsService:
             raise UnknownAccounts(missing, configured)
         return rows
 
-    async def _move(self, name: str, from_states: list[str], to_state: AccountState, **fields: Any) -> AccountRow | None:
+    async def _move(
+        self, name: str, from_states: list[str], to_state: AccountState, **fields: Any
+    ) -> AccountRow | None:
         """Move one account to `to_state` if it is still in one of `from_states`; None if it is
         not (someone else moved it first) or is gone."""
         for state in from_states:
@@ -828,9 +954,14 @@ class AccountsService:
             return
         if await self._move(name, [row.state], S.FAILED, error_message=reason, failed_count=row.failed_count + 1):
             failures = row.failed_count + 1
-            left = "" if failures <= self.config.max_retries else (
-                f"; no retries left (dynamicAccounts.maxRetries is {self.config.max_retries}): "
-                "PATCH it to ACTIVE to start over")
+            left = (
+                ""
+                if failures <= self.config.max_retries
+                else (
+                    f"; no retries left (dynamicAccounts.maxRetries is {self.config.max_retries}): "
+                    "PATCH it to ACTIVE to start over"
+                )
+            )
             log.warning("account %s FAILED (failure %d): %s%s", name, failures, reason, left)
 
     async def _store_quietly(self, name: str, expect: list[str], **fields: Any) -> None:
@@ -843,8 +974,11 @@ class AccountsService:
 
     def _sessions(self, zone_id: str | None) -> list[Session]:
         """Live sessions that take dynamic accounts, oldest first; only `zone_id`'s when given."""
-        found = [s for s in self.registry.sessions.values()
-                 if s.dynamic_accounts_enabled and (zone_id is None or s.zone_id == zone_id)]
+        found = [
+            s
+            for s in self.registry.sessions.values()
+            if s.dynamic_accounts_enabled and (zone_id is None or s.zone_id == zone_id)
+        ]
         return sorted(found, key=lambda s: s.connected_at)
 
     def _sessions_following(self, name: str) -> list[Session]:
@@ -865,8 +999,10 @@ class AccountsService:
         sessions = list(self.registry.sessions.values())
         if not sessions:
             return " (no agent is connected)"
-        shown = ", ".join(f"{s.agent_id} (zone {s.zone_id!r}{'' if s.dynamic_accounts_enabled else ', dynamic accounts disabled'})"
-                          for s in sessions[:10])
+        shown = ", ".join(
+            f"{s.agent_id} (zone {s.zone_id!r}{'' if s.dynamic_accounts_enabled else ', dynamic accounts disabled'})"
+            for s in sessions[:10]
+        )
         return f" (connected: {shown}{', ...' if len(sessions) > 10 else ''})"
 
     @contextlib.asynccontextmanager
@@ -908,8 +1044,11 @@ def _settings(given: dict[str, Any]) -> dict[str, Any]:
 
 def _row_fields(row: AccountRow) -> dict[str, Any]:
     """A row as request fields (camelCase), to merge a change into."""
-    return {"zoneId": row.zone_id, "kubeconfigFile": row.kubeconfig_file,
-            **{key: row.properties.get(key) for key in SETTINGS}}
+    return {
+        "zoneId": row.zone_id,
+        "kubeconfigFile": row.kubeconfig_file,
+        **{key: row.properties.get(key) for key in SETTINGS},
+    }
 
 
 def _stored(row: AccountRow, given: dict[str, Any]) -> dict[str, Any]:

@@ -58,11 +58,19 @@ class Session:
     operate: Callable[[pb.Operation], None] | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"agentId": self.agent_id, "sessionId": self.id, "zoneId": self.zone_id,
-                "agentVersion": self.agent_version, "replica": self.replica, "peer": self.peer,
-                "connectedAt": _iso(self.connected_at), "accounts": sorted(self.accounts),
-                "rejectedAccounts": dict(sorted(self.rejected.items())), "events": self.events,
-                "operationsStream": self.operations_attached}
+        return {
+            "agentId": self.agent_id,
+            "sessionId": self.id,
+            "zoneId": self.zone_id,
+            "agentVersion": self.agent_version,
+            "replica": self.replica,
+            "peer": self.peer,
+            "connectedAt": _iso(self.connected_at),
+            "accounts": sorted(self.accounts),
+            "rejectedAccounts": dict(sorted(self.rejected.items())),
+            "events": self.events,
+            "operationsStream": self.operations_attached,
+        }
 
 
 @dataclass
@@ -87,7 +95,8 @@ class AccountRecord:
 
     def same_cluster(self, api_host: str, fingerprint: str) -> bool:
         return (not self.api_host or not api_host or self.api_host == api_host) and (
-            not self.fingerprint or not fingerprint or self.fingerprint == fingerprint)
+            not self.fingerprint or not fingerprint or self.fingerprint == fingerprint
+        )
 
 
 class Registry:
@@ -98,7 +107,9 @@ class Registry:
         self.store = store
         self.sessions: dict[str, Session] = {}
         self.accounts: dict[str, AccountRecord] = {}
-        self._writes: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        # (name, fields, managed): whether the row was the accounts service's when the write was
+        # queued; a DELETE before it runs must not see its row recreated.
+        self._writes: asyncio.Queue[tuple[str, dict[str, Any], bool]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         # Names whose `state` column the dynamic-accounts service owns: the registry still records
         # their cluster's identity, never their state.
@@ -124,13 +135,22 @@ class Registry:
         loop = asyncio.get_running_loop()
         for row in await self.store.list_accounts(states=[ACTIVE]):
             record = self.accounts[row.name] = AccountRecord(
-                row.name, api_host=row.kube_host or "", fingerprint=row.cert_fingerprint or "",
-                properties=dict(row.properties or {}), zone_id=row.zone_id or "", agent_id=row.agent_id or "",
-                state=DISCONNECTED, disconnected_at=time.time())
+                row.name,
+                api_host=row.kube_host or "",
+                fingerprint=row.cert_fingerprint or "",
+                properties=dict(row.properties or {}),
+                zone_id=row.zone_id or "",
+                agent_id=row.agent_id or "",
+                state=DISCONNECTED,
+                disconnected_at=time.time(),
+            )
             record.orphan_timer = loop.call_later(self.grace_seconds, self._orphan, record)
         if self.accounts:
-            log.info("%d account(s) active before the restart: waiting %gs for their agents",
-                     len(self.accounts), self.grace_seconds)
+            log.info(
+                "%d account(s) active before the restart: waiting %gs for their agents",
+                len(self.accounts),
+                self.grace_seconds,
+            )
         self._writer = loop.create_task(self._write_all(), name="registry writes")
 
     async def stop(self) -> None:
@@ -139,7 +159,7 @@ class Registry:
             return
         try:
             await asyncio.wait_for(self._writes.join(), 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("%d account write(s) to the database not done at shutdown", self._writes.qsize())
         self._writer.cancel()
         await asyncio.wait([self._writer])
@@ -147,9 +167,9 @@ class Registry:
     async def _write_all(self) -> None:
         assert self.store is not None
         while True:
-            name, fields = await self._writes.get()
+            name, fields, managed = await self._writes.get()
             try:
-                if name in self.managed:  # its row belongs to the accounts service: never recreate it
+                if managed or name in self.managed:  # the accounts service's row (then or now): never recreate it
                     await self.store.update_account(name, **fields)
                 else:
                     await self.store.upsert_account(name, **fields)
@@ -163,21 +183,40 @@ class Registry:
     def _record(self, record: AccountRecord, state: str) -> None:
         if self.store is None:
             return
-        fields: dict[str, Any] = {"kube_host": record.api_host, "cert_fingerprint": record.fingerprint,
-                                  "agent_id": record.agent_id}
+        fields: dict[str, Any] = {
+            "kube_host": record.api_host,
+            "cert_fingerprint": record.fingerprint,
+            "agent_id": record.agent_id,
+        }
         if record.name not in self.managed:
             fields |= {"state": state, "zone_id": record.zone_id or None, "properties": record.properties}
-        self._writes.put_nowait((record.name, fields))
+        self._writes.put_nowait((record.name, fields, record.name in self.managed))
 
     def open(self, session: Session) -> Session:
         self.sessions[session.id] = session
-        log.info("agent %s connected from %s (zone %r, session %s)", session.agent_id, session.peer,
-                 session.zone_id, session.id)
+        log.info(
+            "agent %s connected from %s (zone %r, session %s)",
+            session.agent_id,
+            session.peer,
+            session.zone_id,
+            session.id,
+        )
         self._notify("opened", session, None)
         return session
 
-    def describe(self, session: Session, name: str, *, api_host: str, fingerprint: str, server_version: str,
-                 agent_state: str, reason: str, kinds: list[str], properties: dict[str, Any]) -> str | None:
+    def describe(
+        self,
+        session: Session,
+        name: str,
+        *,
+        api_host: str,
+        fingerprint: str,
+        server_version: str,
+        agent_state: str,
+        reason: str,
+        kinds: list[str],
+        properties: dict[str, Any],
+    ) -> str | None:
         """Record what an agent says about an account; returns why it is refused, or None.
 
         An account whose agent has not reached its API server yet names no cluster: it is neither
@@ -185,8 +224,13 @@ class Registry:
         """
         if not api_host:
             # Not registered, but listeners still learn how it goes (e.g. an error before the server answered).
-            self._notify("described", session, AccountRecord(name, agent_state=agent_state, reason=reason,
-                                                             zone_id=session.zone_id, agent_id=session.agent_id))
+            self._notify(
+                "described",
+                session,
+                AccountRecord(
+                    name, agent_state=agent_state, reason=reason, zone_id=session.zone_id, agent_id=session.agent_id
+                ),
+            )
             return None
         record = self.accounts.get(name)
         if record is not None and record.state != ORPHANED and not record.same_cluster(api_host, fingerprint):
@@ -195,17 +239,24 @@ class Registry:
             # cluster while it is held: a rotated API server certificate waits for the grace period.
             if others or record.state == DISCONNECTED:
                 owner = record.agent_id or "another agent"
-                why = (f"account {name!r} is already registered for another cluster "
-                       f"(API server {record.api_host}, certificate fingerprint {record.fingerprint or 'unknown'}, "
-                       f"served by {owner}); this agent describes API server {api_host or 'unknown'} "
-                       f"with fingerprint {fingerprint or 'unknown'}")
+                why = (
+                    f"account {name!r} is already registered for another cluster "
+                    f"(API server {record.api_host}, certificate fingerprint {record.fingerprint or 'unknown'}, "
+                    f"served by {owner}); this agent describes API server {api_host or 'unknown'} "
+                    f"with fingerprint {fingerprint or 'unknown'}"
+                )
                 if session.rejected.get(name) != why:
                     log.warning("agent %s: %s", session.agent_id, why)
                 session.rejected[name] = why
                 session.accounts.discard(name)
                 record.sessions.discard(session.id)
-                self._notify("rejected", session, AccountRecord(name, reason=why, agent_state="rejected",
-                                                                zone_id=session.zone_id, agent_id=session.agent_id))
+                self._notify(
+                    "rejected",
+                    session,
+                    AccountRecord(
+                        name, reason=why, agent_state="rejected", zone_id=session.zone_id, agent_id=session.agent_id
+                    ),
+                )
                 return why
             # The only session serving it now points it elsewhere: its next snapshot replaces the old objects.
         was_serving = record is not None and record.state == ACTIVE
@@ -225,18 +276,25 @@ class Registry:
         record.agent_state, record.reason = agent_state, reason
         record.kinds, record.properties = kinds, properties
         record.zone_id, record.agent_id = session.zone_id, session.agent_id
-        if not was_serving or before != (record.api_host, record.fingerprint, record.zone_id, record.agent_id,
-                                               record.properties):
+        if not was_serving or before != (
+            record.api_host,
+            record.fingerprint,
+            record.zone_id,
+            record.agent_id,
+            record.properties,
+        ):
             self._record(record, ACTIVE)
             if before[:2] != (record.api_host, record.fingerprint):
                 self._unblock(name)  # refused for the old identity; maybe not for the new one
         self._notify("described", session, record)
         if agent_state == "watching":
-            gone = self.cache.retain(name, kinds, properties.get("namespaces") or (),
-                                     properties.get("omitNamespaces") or ())
+            gone = self.cache.retain(
+                name, kinds, properties.get("namespaces") or (), properties.get("omitNamespaces") or ()
+            )
             if gone:
-                log.info("account %s: %d cached object(s) of kinds or namespaces no longer followed removed",
-                         name, gone)
+                log.info(
+                    "account %s: %d cached object(s) of kinds or namespaces no longer followed removed", name, gone
+                )
         return None
 
     def remove(self, session: Session, name: str) -> None:
@@ -277,8 +335,11 @@ class Registry:
         record.orphan_timer = None
         if record.sessions or self.accounts.get(record.name) is not record:
             return
-        log.warning("account %s: no agent came back within %gs; ORPHANED, its objects leave the cache",
-                    record.name, self.grace_seconds)
+        log.warning(
+            "account %s: no agent came back within %gs; ORPHANED, its objects leave the cache",
+            record.name,
+            self.grace_seconds,
+        )
         record.state = ORPHANED
         self.cache.drop_account(record.name)
         self._record(record, ORPHANED)
@@ -305,11 +366,19 @@ class Registry:
     def account_info(self, record: AccountRecord) -> dict[str, Any]:
         counts = {kind: n for kind, n in self.cache.counts(record.name).items() if n}
         doc: dict[str, Any] = {
-            "name": record.name, "state": record.state, "agentState": record.agent_state,
-            "apiHost": record.api_host, "certificateFingerprint": record.fingerprint,
-            "serverVersion": record.server_version, "zoneId": record.zone_id, "agentId": record.agent_id,
-            "kinds": record.kinds, "objects": sum(counts.values()), "objectsByKind": counts,
-            "properties": record.properties, "registeredAt": _iso(record.registered_at),
+            "name": record.name,
+            "state": record.state,
+            "agentState": record.agent_state,
+            "apiHost": record.api_host,
+            "certificateFingerprint": record.fingerprint,
+            "serverVersion": record.server_version,
+            "zoneId": record.zone_id,
+            "agentId": record.agent_id,
+            "kinds": record.kinds,
+            "objects": sum(counts.values()),
+            "objectsByKind": counts,
+            "properties": record.properties,
+            "registeredAt": _iso(record.registered_at),
             "agents": sorted(self.sessions[s].agent_id for s in record.sessions if s in self.sessions),
         }
         if record.reason:
