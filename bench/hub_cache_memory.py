@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import machine
 
-from scaleagent.hub.cache import Cache
+from scaleagent.hub.cache.cache import Cache
 from scaleagent.protocol.v1 import agent_pb2 as pb
 
 KINDS = [  # (group, version, kind)

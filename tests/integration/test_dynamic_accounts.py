@@ -25,9 +25,9 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from scaleagent.hub.agents.dispatch import NO_ANSWER, AccountDispatcher, DynamicAccountSpec
+from scaleagent.hub.agents.registry import Session
 from scaleagent.hub.config import HubConfig
-from scaleagent.hub.dynamic import NO_ANSWER, AccountDispatcher, DynamicAccountSpec
-from scaleagent.hub.registry import Session
 from scaleagent.hub.service import Hub
 from scaleagent.protocol import PROTOCOL_VERSION, pb, pb_grpc
 
@@ -70,7 +70,7 @@ async def hub(tmp_path) -> RunningHub:
     cfg = HubConfig.model_validate(
         {"server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}}
     )
-    h = Hub(cfg)
+    h = await Hub.open(cfg)
     await h.start()
     dispatcher = h.dispatcher
     changed = asyncio.Event()

@@ -36,14 +36,14 @@ from kubernetes.client.rest import ApiException
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from scaleagent.hub.accounts import AccountsService
-from scaleagent.hub.accounts_api import accounts_router
-from scaleagent.hub.cache import Cache
+from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigResolver
+from scaleagent.hub.accounts.secrets_box import SecretBox, generate_key, parse_keys
+from scaleagent.hub.accounts.service import AccountsService
+from scaleagent.hub.agents.dispatch import AccountDispatcher
+from scaleagent.hub.agents.registry import Registry, Session
+from scaleagent.hub.api.accounts import accounts_router
+from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.config import DynamicAccountsConfig
-from scaleagent.hub.dynamic import AccountDispatcher
-from scaleagent.hub.kubeconfig_refs import KubeconfigResolver
-from scaleagent.hub.registry import Registry, Session
-from scaleagent.hub.secrets_box import SecretBox, generate_key, parse_keys
 from scaleagent.hub.store import AccountRow, Store, async_url
 from scaleagent.hub.store.models import Account
 from scaleagent.protocol import pb

@@ -28,16 +28,16 @@ from fastapi import FastAPI
 from kubernetes import client, config
 from test_hub_accounts import ROOT, ScriptedAgent, run_curl, secret
 
-from scaleagent.hub.accounts import AccountsService
-from scaleagent.hub.accounts_api import accounts_router
-from scaleagent.hub.cache import Cache
+from scaleagent.hub.accounts.credentials import CredentialsService
+from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigResolver
+from scaleagent.hub.accounts.secrets_box import SecretBox, generate_key, parse_keys
+from scaleagent.hub.accounts.service import AccountsService
+from scaleagent.hub.agents.dispatch import AccountDispatcher
+from scaleagent.hub.agents.registry import Registry
+from scaleagent.hub.api.accounts import accounts_router
+from scaleagent.hub.api.credentials import credentials_router
+from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.config import DynamicAccountsConfig, InterceptorConfig
-from scaleagent.hub.credentials import CredentialsService
-from scaleagent.hub.credentials_api import credentials_router
-from scaleagent.hub.dynamic import AccountDispatcher
-from scaleagent.hub.kubeconfig_refs import KubeconfigResolver
-from scaleagent.hub.registry import Registry
-from scaleagent.hub.secrets_box import SecretBox, generate_key, parse_keys
 from scaleagent.hub.store import AccountRow, Store, StoreError
 
 WAIT = 20.0

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from scaleagent.hub.kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
+from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
 
 
 @pytest.fixture

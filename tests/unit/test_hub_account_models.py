@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scaleagent.agent import config as agent_config
-from scaleagent.hub.account_models import (
+from scaleagent.hub.accounts.models import (
     ACCOUNT_NAME,
     AccountChange,
     AccountIn,

@@ -8,8 +8,8 @@ import logging
 import orjson
 import pytest
 
-from scaleagent.hub import cache as cache_module
-from scaleagent.hub.cache import APPLICATION, CLUSTER, Cache, Change, SubscriptionOverflow
+from scaleagent.hub.cache import cache as cache_module
+from scaleagent.hub.cache.cache import APPLICATION, CLUSTER, Cache, Change, SubscriptionOverflow
 from scaleagent.kube.selectors import parse_label_selector
 from scaleagent.protocol.v1 import agent_pb2 as pb
 

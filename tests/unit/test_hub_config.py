@@ -11,7 +11,8 @@ import pytest
 
 from scaleagent import configfile
 from scaleagent.agent.config import parse_config
-from scaleagent.hub.config import DEFAULT_DATABASE_URL, ConfigError, HubConfig, load_hub_config, redact_url
+from scaleagent.hub.config import DEFAULT_DATABASE_URL, ConfigError, HubConfig, load_hub_config
+from scaleagent.hub.store.urls import redact_url
 
 TOKEN = "hub-t0ken-8f14e45fceea167a"
 PASSWORD = "db-pa55word-c9f0f895fb98"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from scaleagent.hub.account_models import InvalidRequest
+from scaleagent.hub.accounts.credentials import parse_definition, summary_view
+from scaleagent.hub.accounts.models import InvalidRequest
 from scaleagent.hub.config import ConfigError, load_hub_config
-from scaleagent.hub.credentials import parse_definition, summary_view
 from scaleagent.hub.store import CredentialsRow
 
 REF = "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"

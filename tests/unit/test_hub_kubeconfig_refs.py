@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleagent.hub.kubeconfig_refs import (
+from scaleagent.hub.accounts.kubeconfig_refs import (
     FileRef,
     KubeconfigRefError,
     KubeconfigResolver,

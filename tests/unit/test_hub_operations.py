@@ -7,9 +7,9 @@ import asyncio
 import orjson
 import pytest
 
-from scaleagent.hub.cache import Cache
-from scaleagent.hub.operations import OperationRouter
-from scaleagent.hub.registry import Registry, Session
+from scaleagent.hub.agents.registry import Registry, Session
+from scaleagent.hub.agents.routing import OperationRouter
+from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.tasks import BadOperations, TaskRunner, parse_operations
 from scaleagent.protocol import pb
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from scaleagent.hub.cache import Cache
-from scaleagent.hub.registry import ACTIVE, DISCONNECTED, ORPHANED, Registry, Session
+from scaleagent.hub.agents.registry import ACTIVE, DISCONNECTED, ORPHANED, Registry, Session
+from scaleagent.hub.cache.cache import Cache
 from scaleagent.protocol import pb
 
 CLUSTER_A = {"api_host": "https://10.0.0.1:6443", "fingerprint": "AA:01"}

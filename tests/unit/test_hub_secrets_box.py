@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scaleagent.hub.config import ConfigError, load_hub_config
-from scaleagent.hub.secrets_box import (
+from scaleagent.hub.accounts.secrets_box import (
     DecryptionError,
     EncryptionKeyError,
     SecretBox,
@@ -19,6 +18,7 @@ from scaleagent.hub.secrets_box import (
     key_file_for,
     parse_keys,
 )
+from scaleagent.hub.config import ConfigError, load_hub_config
 
 KUBECONFIG = b"apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: s3cr3t-t0ken}\n"
 

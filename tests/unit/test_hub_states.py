@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaleagent.hub.states import (
+from scaleagent.hub.accounts.states import (
     LASTING,
     TRANSIENT,
     TRANSITIONS,

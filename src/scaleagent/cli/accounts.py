@@ -208,7 +208,7 @@ def _delete(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _generate_key(args: argparse.Namespace) -> int:
-    from ..hub.secrets_box import generate_key
+    from ..hub.accounts.secrets_box import generate_key
 
     print(generate_key())
     return 0

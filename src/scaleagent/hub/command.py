@@ -43,7 +43,11 @@ async def serve(config) -> int:
     from .service import Hub
     from .store import StoreError
 
-    hub = Hub(config)
+    try:
+        hub = await Hub.open(config)
+    except (OSError, RuntimeError, StoreError) as e:
+        print(f"scale-agent hub: cannot start: {e}", file=sys.stderr)
+        return 1
     try:
         await hub.start()
     except (OSError, RuntimeError, StoreError) as e:

@@ -44,13 +44,13 @@ from ..configfile import (
     secret_text,
     to_path,
 )
-from .secrets_box import EncryptionKeyError, parse_keys
+from .accounts.secrets_box import EncryptionKeyError, parse_keys
+from .store.urls import check_database_url, redact_url
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "ENV_PREFIX",
     "AuthConfig",
-    "DATABASES",
     "ConfigError",
     "DatabaseConfig",
     "DynamicAccountsConfig",
@@ -62,9 +62,7 @@ __all__ = [
     "ServerConfig",
     "SessionsConfig",
     "TlsConfig",
-    "check_database_url",
     "load_hub_config",
-    "redact_url",
 ]
 
 ENV_PREFIX = "SCALE_AGENT_HUB_"
@@ -73,23 +71,12 @@ ENV_PREFIX = "SCALE_AGENT_HUB_"
 DEFAULT_DATABASE_URL = "sqlite:///scale-agent-hub.db"
 """An SQLite file in the working directory: a single hub works without any database setup."""
 
-DATABASES = ("sqlite", "postgresql", "mysql", "mariadb")
-"""The SQLAlchemy dialects the hub supports (each may name a driver: `postgresql+asyncpg`)."""
 
 log = logging.getLogger("scaleagent.hub.config")
 
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _REPLICA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 # SQLAlchemy's own URL grammar (sqlalchemy.engine.url), so that what passes here parses there.
-_URL = re.compile(
-    r"""(?P<scheme>[\w+]+)://
-        (?:(?P<username>[^:/]*)(?::(?P<password>[^@]*))?@)?
-        (?:(?:\[(?P<ipv6host>[^/?]+)\]|(?P<ipv4host>[^/:?]+))?(?::(?P<port>[^/?]*))?)?
-        (?:/(?P<database>[^?]*))?
-        (?:\?(?P<query>.*))?""",
-    re.VERBOSE,
-)
-_URL_EXAMPLE = "e.g. 'sqlite:///scale-agent-hub.db' or 'postgresql+asyncpg://user:password@db.example.com:5432/hub'"
 
 
 class ServerConfig(ConfigModel):
@@ -351,42 +338,6 @@ class HubConfig(ConfigModel):
         }
         changes = {loc: change for loc, change in given.items() if change[0] is not None}
         return _FORMAT.revise(self, changes) if changes else self
-
-
-def check_database_url(url: str) -> None:
-    """Raise `invalid()` unless `url` is a SQLAlchemy URL of a supported database. Messages never
-    repeat the URL: it may hold a password."""
-    match = _URL.fullmatch(url)
-    if match is None:
-        raise invalid(f"not a database URL ({_URL_EXAMPLE}); the value is not shown, it may hold a password")
-    scheme = match["scheme"]
-    dialect, plus, driver = scheme.partition("+")
-    if dialect not in DATABASES or (plus and not re.fullmatch(r"[a-z][a-z0-9_]*", driver)):
-        hint = " (SQLAlchemy calls it 'postgresql')" if dialect == "postgres" else ""
-        raise invalid(
-            f"{scheme!r} is not a supported database{hint}: use {', '.join(DATABASES[:-1])} or {DATABASES[-1]}, "
-            "optionally with a driver ('postgresql+asyncpg', 'sqlite+aiosqlite')"
-        )
-    port = match["port"]
-    if port is not None and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        raise invalid("the port in the URL must be a number from 1 to 65535")
-    has_host = any(match[g] for g in ("username", "password", "ipv6host", "ipv4host", "port"))
-    if dialect == "sqlite" and has_host:
-        raise invalid(
-            "an SQLite URL names a file, not a server: 'sqlite:///relative/path.db' (three slashes) "
-            "or 'sqlite:////absolute/path.db' (four)"
-        )
-
-
-def redact_url(url: str) -> str:
-    """`url` with its password (in the user part or a `password=` parameter) replaced by `***`.
-    Errs on the side of hiding more: everything between ':' and the last '@' goes."""
-    scheme, sep, rest = url.partition("://")
-    head, at, tail = rest.rpartition("@")
-    if sep and at:
-        user, colon, _ = head.partition(":")
-        rest = f"{user}{':***' if colon else ''}@{tail}"
-    return re.sub(r"(?i)(password=)[^&]*", r"\1***", f"{scheme}{sep}{rest}")
 
 
 _FORMAT = ConfigFormat(

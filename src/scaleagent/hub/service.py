@@ -15,15 +15,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ..protocol import SERVICE_NAME, pb_grpc
-from .accounts import AccountsService
-from .api import create_app
-from .cache import Cache
+from .accounts.credentials import CredentialsService
+from .accounts.service import AccountsService
+from .agents.dispatch import AccountDispatcher
+from .agents.link import GRPC_LIMIT_FACTOR, AgentLinkService
+from .agents.registry import Registry
+from .agents.routing import OperationRouter
+from .api.app import create_app
+from .api.deps import ApiDeps
+from .cache.cache import Cache
 from .config import HubConfig
-from .credentials import CredentialsService
-from .dynamic import AccountDispatcher
-from .link import GRPC_LIMIT_FACTOR, AgentLinkService
-from .operations import OperationRouter
-from .registry import Registry
 from .store import Store
 from .tasks import TaskRunner
 
@@ -46,36 +47,54 @@ class _Server(uvicorn.Server):
 
 
 class Hub:
-    def __init__(self, config: HubConfig) -> None:
+    """A running hub: `hub = await Hub.open(config)` opens the database and builds every part with
+    what it needs, in dependency order; `await hub.start()` starts them and listens; `stop()`
+    undoes both."""
+
+    def __init__(self, config: HubConfig, store: Store) -> None:
+        """Use `Hub.open`: the parts need the store, which is opened asynchronously."""
         self.config = config
         self.replica = config.server.replica_name or socket.gethostname()
+        self.store = store
         self.cache = Cache()
-        self.registry = Registry(self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica)
+        self.registry = Registry(
+            self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica, store=store
+        )
+        self.dispatcher = AccountDispatcher(self.registry)
+        self.router = OperationRouter(self.registry)
         self.link = AgentLinkService(
             self.registry,
             self.cache,
+            dispatcher=self.dispatcher,
+            router=self.router,
             token=config.auth.token.get_secret_value(),
             max_message_bytes=config.grpc.max_message_bytes,
         )
-        self.dispatcher = AccountDispatcher(self.registry)
-        self.link.dispatcher = self.dispatcher
-        self.operations = OperationRouter(self.registry)
-        self.link.operations = self.operations
         self.tasks = TaskRunner(
-            self.operations,
+            self.router,
             self.cache,
             operation_wait_ms=config.operations.operation_wait_ms,
             max_tasks=config.operations.max_tasks,
         )
-        self.store: Store | None = None
-        self.accounts: AccountsService | None = None
-        self.credentials: CredentialsService | None = None
+        self.accounts = AccountsService.for_hub(config, store, self.registry, self.dispatcher)
+        self.credentials = CredentialsService(store, self.accounts, config=config.dynamic_accounts)
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
         self._http: _Server | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, config: HubConfig) -> Hub:
+        """Open the database (raises StoreError) and build the hub on it; the store is closed again
+        if building fails (a bad encryption key, say)."""
+        store = await Store.open(config.database.url)
+        try:
+            return cls(config, store)
+        except BaseException:
+            await store.close()
+            raise
 
     @property
     def http_url(self) -> str:
@@ -85,13 +104,21 @@ class Hub:
     def grpc_target(self) -> str:
         return f"{_url_host(self.config.server.host)}:{self.grpc_port}"
 
+    def api_deps(self) -> ApiDeps:
+        return ApiDeps(
+            replica=self.replica,
+            registry=self.registry,
+            cache=self.cache,
+            accounts=self.accounts,
+            credentials=self.credentials,
+            tasks=self.tasks,
+            router=self.router,
+            link=self.link,
+        )
+
     async def start(self) -> None:
-        self.store = await Store.open(self.config.database.url)
-        self.registry.store = self.store
         await self.registry.start()
-        self.accounts = AccountsService.for_hub(self.config, self.store, self.registry, self.dispatcher)
         await self.accounts.start()
-        self.credentials = CredentialsService(self.store, self.accounts, config=self.config.dynamic_accounts)
         await self.credentials.start()
         await self._start_grpc()
         await self._start_http()
@@ -158,7 +185,7 @@ class Hub:
         sock.listen(128)
         sock.setblocking(False)
         self.http_port = sock.getsockname()[1]
-        app = create_app(self)
+        app = create_app(self.api_deps())
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
         self._http = _Server(config)
         # The socket already listens: connections wait in its backlog until uvicorn accepts them.
@@ -174,13 +201,10 @@ class Hub:
         await self.tasks.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
-        if self.credentials is not None:
-            await self.credentials.stop()
-        if self.accounts is not None:
-            await self.accounts.stop()
+        await self.credentials.stop()
+        await self.accounts.stop()
         await self.registry.stop()
-        if self.store is not None:
-            await self.store.close()
+        await self.store.close()
 
 
 async def _freeze_periodically() -> None:

@@ -25,9 +25,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import APPLICATION, CLUSTER, Cache
-from .operations import OperationReply, OperationRouter
-from .validation import INT32_MAX, INT64_MAX, whole_number
+from .agents.routing import OperationReply, OperationRouter
+from .cache.cache import APPLICATION, CLUSTER, Cache
+from .numbers import INT32_MAX, INT64_MAX, whole_number
 
 log = logging.getLogger("scaleagent.hub.tasks")
 

@@ -27,10 +27,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from ..config import check_database_url, redact_url
 from . import migrate
 from .errors import AccountExists, AccountNotFound, CredentialsExist, CredentialsNotFound, StateConflict, StoreError
 from .models import LENGTHS, SOURCES, STATES, Account, Credentials
+from .urls import check_database_url, redact_url
 
 __all__ = ["CONNECT_TIMEOUT_SECONDS", "SQLITE_BUSY_TIMEOUT_MS", "AccountRow", "CredentialsRow", "Store", "async_url"]
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from ..protocol import pb
+from ...protocol import pb
 from .registry import AccountRecord, Registry, Session
 
-log = logging.getLogger("scaleagent.hub.dynamic")
+log = logging.getLogger("scaleagent.hub.agents.dispatch")
 
 DEFAULT_TIMEOUT = 15.0
 NO_ANSWER = "no answer for this account"

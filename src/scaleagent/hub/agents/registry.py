@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import pb
-from .cache import Cache
-from .store import AccountNotFound, Store, StoreError
+from ...protocol import pb
+from ..cache.cache import Cache
+from ..store import AccountNotFound, Store, StoreError
 
 log = logging.getLogger("scaleagent.hub.registry")
 

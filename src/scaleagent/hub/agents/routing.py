@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from ..protocol import pb
+from ...protocol import pb
 from .registry import DISCONNECTED, ORPHANED, AccountRecord, Registry, Session
 
-log = logging.getLogger("scaleagent.hub.operations")
+log = logging.getLogger("scaleagent.hub.agents.routing")
 
 # An agent answers a timed-out operation itself, at its deadline; the hub waits this much longer
 # for that answer before it gives up on the agent.

@@ -38,16 +38,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..kube.reflector import Backoff
-from .account_models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
+from ...kube.reflector import Backoff
+from ..store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
 from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
+from .models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
 from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
 from .states import TRANSIENT, AccountState, TransitionError, check_transition
-from .store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
 
 if TYPE_CHECKING:
-    from .config import DynamicAccountsConfig, HubConfig
-    from .registry import AccountRecord, Registry, Session
+    from ..agents.registry import AccountRecord, Registry, Session
+    from ..config import DynamicAccountsConfig, HubConfig
 
 __all__ = ["AccountsService", "Conflict", "Dispatcher", "UnknownAccounts"]
 
@@ -477,7 +477,7 @@ class AccountsService:
     async def _resolve(self, row: AccountRow) -> Any:
         """The account to send: its kubeconfig resolved now (and stored encrypted: the snapshot
         recovery sends again), or none for the agent's own service account."""
-        from .dynamic import DynamicAccountSpec
+        from ..agents.dispatch import DynamicAccountSpec
 
         content: bytes | None = None
         encrypted: bytes | None = None
@@ -496,7 +496,7 @@ class AccountsService:
 
     async def _stored_spec(self, row: AccountRow) -> Any:
         """The account to send again (recovery): the stored snapshot, decrypted."""
-        from .dynamic import DynamicAccountSpec
+        from ..agents.dispatch import DynamicAccountSpec
 
         content = None
         if row.kubeconfig_encrypted is not None:

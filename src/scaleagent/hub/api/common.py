@@ -15,45 +15,44 @@ route class rather than an app's exception handler so that a router mounted in a
 tests mount them in bare ones) answers the same way.
 
 Bodies: `read_body` refuses one larger than MAX_BODY_BYTES with a 413 before holding it whole,
-rather than reading gigabytes into memory to find out they are too many.
+rather than reading gigabytes into memory to find out they are too many; `read_json` says why a
+body is not JSON without echoing it.
+
+Errors: one shape for every API (`ErrorBody`: `error`, `status`, and `problems` when there are
+several), built by `error_response`; `answer` runs a request's work and turns what the accounts
+and credentials services raise into their statuses (400, 404, 409, 413, 503).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, get_args
 
+import orjson
 from annotated_types import Ge, Gt, Le, Lt
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field
+
+from ..accounts.models import InvalidRequest
+from ..accounts.service import Conflict, UnknownAccounts
+from ..accounts.states import TransitionError
+from ..numbers import MAX_DIGITS, describe_range, shown
+from ..store import StoreError
 
 __all__ = [
-    "INT32_MAX",
-    "INT64_MAX",
     "MAX_BODY_BYTES",
     "BodyTooLarge",
     "HubRoute",
     "error_response",
     "invalid_parameters",
     "read_body",
-    "shown",
-    "whole_number",
 ]
 
-INT32_MAX = 2**31 - 1
-"""The largest Kubernetes int32 (replicas): the API server refuses more."""
-INT64_MAX = 2**63 - 1
-"""The largest int64 (Kubernetes' gracePeriodSeconds, revisions; protobuf's int64)."""
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """A request body larger than this is refused (413) before it is read whole."""
-
-# A whole number written with more digits than this is out of every range here; refusing it
-# before int() also keeps clear of int()'s 4,300-digit limit (a ValueError of its own).
-_MAX_DIGITS = 30
-_WHOLE = re.compile(r"\s*[+-]?\d+\s*")
 
 
 class BodyTooLarge(Exception):
@@ -72,57 +71,14 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body, or BodyTooLarge naming the limit once more than `limit` bytes came (or
     were announced by Content-Length): a client cannot make the hub hold more than that."""
     declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and (len(declared) > _MAX_DIGITS or int(declared) > limit):
-        raise BodyTooLarge(f"the body is {declared[:_MAX_DIGITS]} bytes; the most is {limit}")
+    if declared.isascii() and declared.isdigit() and (len(declared) > MAX_DIGITS or int(declared) > limit):
+        raise BodyTooLarge(f"the body is {declared[:MAX_DIGITS]} bytes; the most is {limit}")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
             raise BodyTooLarge(f"the body is more than {limit} bytes, the most the hub takes")
     return bytes(body)
-
-
-def shown(value: Any) -> str:
-    """A value given, for a message: short, and in JSON's words for what is not a scalar."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value[:40] + ("..." if len(value) > 40 else ""))
-    if isinstance(value, int):
-        return str(value) if value.bit_length() <= 128 else f"a number of {value.bit_length()} bits"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _range(low: float | None, high: float | None) -> str:
-    if low is not None and high is not None:
-        return f" from {low} to {high}"
-    if low is not None:
-        return f" of at least {low}"
-    if high is not None:
-        return f" of at most {high}"
-    return ""
-
-
-def whole_number(value: Any, low: int, high: int) -> int:
-    """`value` as an int from `low` to `high`: a JSON integer, or a string of one (Clouddriver's
-    clients send `"replicas": "3"`); anything else is a ValueError saying the range and what was
-    given. A JSON number too large for 64 bits arrives as a float, and is refused as not whole."""
-    n: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    elif isinstance(value, str) and _WHOLE.fullmatch(value) and len(value.strip().lstrip("+-")) <= _MAX_DIGITS:
-        n = int(value)
-    if n is None or not low <= n <= high:
-        raise ValueError(f"expected a whole number{_range(low, high)}, got {shown(value)}")
-    return n
 
 
 def _declared(route: Any, where: str, name: str) -> tuple[str, float | None, float | None] | None:
@@ -167,7 +123,7 @@ def invalid_parameters(route: Any, error: RequestValidationError) -> JSONRespons
         number = _declared(route, loc[0], name) if len(loc) == 2 else None
         if number is not None and "input" in err:
             what, low, high = number
-            problems.append(f"{name}: expected a {what}{_range(low, high)}, got {shown(err['input'])}")
+            problems.append(f"{name}: expected a {what}{describe_range(low, high)}, got {shown(err['input'])}")
         else:
             problems.append(f"{' '.join(loc) or 'the request'}: {err.get('msg', 'invalid')}")
     return error_response(400, "; ".join(problems), problems)
@@ -186,3 +142,40 @@ class HubRoute(APIRoute):
                 return invalid_parameters(self, e)
 
         return checked
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="What was wrong, naming the account and field")
+    status: int
+    problems: list[str] | None = Field(None, description="Every problem found, when there are several")
+
+
+async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
+    """Run the request and answer `status` with its JSON result, or the error it raised."""
+    try:
+        result = await work()
+    except BodyTooLarge as e:
+        return error_response(413, str(e))
+    except InvalidRequest as e:
+        return error_response(400, str(e), e.problems)
+    except UnknownAccounts as e:
+        return error_response(404, str(e))
+    except Conflict as e:
+        return error_response(409, str(e), [str(t) for t in e.transitions])
+    except TransitionError as e:
+        return error_response(409, str(e))
+    except StoreError as e:
+        return error_response(503, f"the accounts database failed: {e}")
+    return Response(orjson.dumps(result), status_code=status, media_type="application/json")
+
+
+async def read_json(request: Request, empty: str = "the body is empty: send a JSON list") -> Any:
+    """The request body as JSON, or InvalidRequest saying why not (without echoing it); `empty`
+    is the message for an empty body, saying what to send. BodyTooLarge past MAX_BODY_BYTES."""
+    raw = await read_body(request)
+    if not raw.strip():
+        raise InvalidRequest(empty)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None

@@ -20,12 +20,11 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from .account_models import InvalidRequest
-from .accounts_api import error_response, read_json
-from .cache import Cache, version_at_least
-from .operations import OperationReply, OperationRouter
-from .tasks import PHASES, BadOperations, TaskRunner, parse_operations
-from .validation import BodyTooLarge, HubRoute
+from ..accounts.models import InvalidRequest
+from ..agents.routing import OperationReply, OperationRouter
+from ..cache.cache import Cache, version_at_least
+from ..tasks import PHASES, BadOperations, TaskRunner, parse_operations
+from .common import BodyTooLarge, HubRoute, error_response, read_json
 
 __all__ = ["operations_router"]
 

@@ -1,35 +1,23 @@
-"""The hub's HTTP API (port 7002): what agents and accounts are connected, and the cached objects.
-
-Objects are answered as the bytes the agent sent: a list response is assembled from them without
-decoding and re-encoding each object, which is what keeps large reads cheap.
-"""
+"""The read API: agents connected to this hub, the accounts they serve, each account's cached
+objects (as Kubernetes Lists, or Clouddriver's manifest view), and the multi-cluster watch
+(Server-Sent Events)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__
-from ..kube.errors import SelectorError
-from ..kube.selectors import parse_label_selector
-from .accounts_api import accounts_router
-from .cache import SubscriptionOverflow
-from .credentials_api import credentials_router
-from .manifests import manifest_view
-from .operations_api import operations_router
-from .validation import HubRoute, invalid_parameters
-
-if TYPE_CHECKING:
-    from .service import Hub
+from ...kube.errors import SelectorError
+from ...kube.selectors import parse_label_selector
+from ..cache.cache import SubscriptionOverflow
+from ..cache.manifests import manifest_view
+from .common import HubRoute
+from .deps import ApiDeps
 
 # Sent on an idle watch so proxies keep the stream open and clients notice a dead hub.
 HEARTBEAT_SECONDS = 15.0
@@ -71,19 +59,10 @@ class AccountInfo(BaseModel):
     agents: list[str] = Field(description="Agents serving the account now")
 
 
-def create_app(hub: Hub) -> FastAPI:
-    app = FastAPI(
-        title="Scale Agent hub",
-        version=__version__,
-        description="Connected agents, their accounts, and a real-time cache of every cluster's objects.",
-    )
-    app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
-    registry, cache = hub.registry, hub.cache
-    assert hub.accounts is not None, "the accounts service starts before the HTTP API"
-    app.include_router(accounts_router(hub.accounts))
-    assert hub.credentials is not None
-    app.include_router(credentials_router(hub.credentials))
-    app.include_router(operations_router(hub.tasks, hub.operations, cache))
+def objects_router(deps: ApiDeps) -> APIRouter:
+    """The read routes, to `include_router` into the hub's app."""
+    router = APIRouter(route_class=HubRoute)
+    registry, cache = deps.registry, deps.cache
 
     def record(account: str) -> Any:
         r = registry.accounts.get(account)
@@ -106,11 +85,13 @@ def create_app(hub: Hub) -> FastAPI:
             f"{', ...' if len(set(followed)) > 12 else ''})"
         )
 
-    @app.get("/armory/agents", response_model=list[AgentInfo], tags=["agents"], summary="Agents connected to this hub")
+    @router.get(
+        "/armory/agents", response_model=list[AgentInfo], tags=["agents"], summary="Agents connected to this hub"
+    )
     async def agents() -> list[dict[str, Any]]:
         return [s.info() for s in registry.sessions.values()]
 
-    @app.get(
+    @router.get(
         "/api/v1/accounts",
         response_model=list[AccountInfo],
         tags=["accounts"],
@@ -119,11 +100,11 @@ def create_app(hub: Hub) -> FastAPI:
     async def accounts() -> list[dict[str, Any]]:
         return [registry.account_info(r) for r in sorted(registry.accounts.values(), key=lambda r: r.name)]
 
-    @app.get("/api/v1/accounts/{account}", response_model=AccountInfo, tags=["accounts"], summary="One account")
+    @router.get("/api/v1/accounts/{account}", response_model=AccountInfo, tags=["accounts"], summary="One account")
     async def account(account: str) -> dict[str, Any]:
         return registry.account_info(record(account))
 
-    @app.get(
+    @router.get(
         "/api/v1/accounts/{account}/objects",
         tags=["objects"],
         summary="Cached objects of an account, as a Kubernetes List",
@@ -165,7 +146,7 @@ def create_app(hub: Hub) -> FastAPI:
         )
         return Response(body, media_type="application/json")
 
-    @app.get(
+    @router.get(
         "/manifests/{account}/{location}/{name}",
         tags=["objects"],
         summary="One object in Clouddriver's manifest shape",
@@ -186,7 +167,7 @@ def create_app(hub: Hub) -> FastAPI:
             )
         return Response(orjson.dumps(manifest_view(account, location, raw)), media_type="application/json")
 
-    @app.get(
+    @router.get(
         "/api/v1/watch",
         tags=["objects"],
         summary="Changes across all accounts, as Server-Sent Events",
@@ -208,36 +189,7 @@ def create_app(hub: Hub) -> FastAPI:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    @app.get("/health", tags=["health"], summary="Liveness, with a summary of sessions and the cache")
-    async def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "replica": hub.replica,
-            "agents": len(registry.sessions),
-            "accounts": len(registry.accounts),
-            "cache": cache.stats(),
-        }
-
-    @app.get("/ready", tags=["health"], summary="Ready to serve (both ports listening)")
-    async def ready() -> dict[str, bool]:
-        return {"ready": True}
-
-    metrics_registry = CollectorRegistry()
-    metrics_registry.register(_Collector(hub))
-
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
-
-    @app.exception_handler(RequestValidationError)  # routes are HubRoutes; this is for any that is not
-    async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
-        return invalid_parameters(request.scope.get("route"), e)
-
-    return app
+    return router
 
 
 def _split(values: list[str]) -> list[str]:
@@ -272,42 +224,3 @@ async def _sse(subscription: Any, request: Request) -> Any:
             if change.object:
                 doc["object"] = orjson.Fragment(change.object)
             yield b"event: " + change.type.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
-
-
-class _Collector:
-    def __init__(self, hub: Hub) -> None:
-        self.hub = hub
-
-    def collect(self) -> Any:
-        registry, cache = self.hub.registry, self.hub.cache
-        yield GaugeMetricFamily("scale_agent_hub_sessions", "Agents connected", value=len(registry.sessions))
-        states = GaugeMetricFamily("scale_agent_hub_accounts", "Accounts by state", labels=["state"])
-        counts: dict[str, int] = {}
-        for r in registry.accounts.values():
-            counts[r.state] = counts.get(r.state, 0) + 1
-        for state in ("ACTIVE", "DISCONNECTED", "ORPHANED"):
-            states.add_metric([state], counts.get(state, 0))
-        yield states
-        stats = cache.stats()
-        yield GaugeMetricFamily("scale_agent_hub_cached_objects", "Objects in the cache", value=stats.get("objects", 0))
-        yield GaugeMetricFamily(
-            "scale_agent_hub_cached_bytes", "JSON bytes held by the cache", value=stats.get("bytes", 0)
-        )
-        events = CounterMetricFamily("scale_agent_hub_events", "Object events received", labels=["agent"])
-        for s in registry.sessions.values():
-            events.add_metric([s.agent_id], s.events)
-        yield events
-        yield CounterMetricFamily(
-            "scale_agent_hub_refused_streams",
-            "Agent streams refused (auth, protocol, input)",
-            value=self.hub.link.refused,
-        )
-        tasks = self.hub.tasks
-        yield GaugeMetricFamily("scale_agent_hub_tasks_running", "Operation tasks running", value=tasks.running)
-        ended = CounterMetricFamily("scale_agent_hub_tasks_ended", "Operation tasks ended", labels=["state"])
-        for state, n in tasks.ended.items():
-            ended.add_metric([state], n)
-        yield ended
-        yield CounterMetricFamily(
-            "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.hub.operations.sent
-        )

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
-from .cache import Cache
+from ...protocol import PROTOCOL_VERSION, pb, pb_grpc
+from ..cache.cache import Cache
 from .registry import Registry, Session
 
 if TYPE_CHECKING:
-    from .dynamic import AccountDispatcher
-    from .operations import OperationRouter
+    from .dispatch import AccountDispatcher
+    from .routing import OperationRouter
 
 log = logging.getLogger("scaleagent.hub.link")
 
@@ -49,16 +49,23 @@ class LinkSilent(LinkRefused):
 
 
 class AgentLinkService(pb_grpc.AgentLinkServicer):
-    def __init__(self, registry: Registry, cache: Cache, *, token: str, max_message_bytes: int) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        cache: Cache,
+        *,
+        dispatcher: AccountDispatcher,
+        router: OperationRouter,
+        token: str,
+        max_message_bytes: int,
+    ) -> None:
         self.registry, self.cache = registry, cache
+        # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (dispatch.py),
+        # and their operation results with the operations (routing.py).
+        self.dispatcher, self.router = dispatcher, router
         self._token = token
         self.max_message_bytes = max_message_bytes
         self.refused = 0
-        # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (hub/dynamic.py);
-        # None until the hub sets it, and answers are then only logged.
-        self.dispatcher: AccountDispatcher | None = None
-        # Matches agents' operation results with the operations (hub/operations.py).
-        self.operations: OperationRouter | None = None
 
     async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         session: Session | None = None
@@ -193,14 +200,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             elif which == "account_removed":
                 self.registry.remove(session, msg.account_removed.name)
             elif which == "accounts_answer":
-                if self.dispatcher is not None:
-                    self.dispatcher.answer(session, msg.accounts_answer)
-                else:
-                    log.info(
-                        "agent %s answered request %s, but this hub sends no dynamic accounts",
-                        session.agent_id,
-                        msg.accounts_answer.request_id,
-                    )
+                self.dispatcher.answer(session, msg.accounts_answer)
             elif which == "heartbeat":
                 assert session.control is not None
                 session.control(pb.CachingControl(heartbeat=pb.Heartbeat(sequence=msg.heartbeat.sequence)))
@@ -281,8 +281,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                         grpc.StatusCode.INVALID_ARGUMENT,
                         f"only results may follow the hello on an Operations stream, not {which or 'an empty message'}",
                     )
-                if self.operations is not None:
-                    self.operations.result(session, msg.result)
+                self.router.result(session, msg.result)
         except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s")
         except LinkRefused as e:
@@ -297,8 +296,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 if session is not None:
                     session.operations_attached = False
                     session.operate = None
-                    if self.operations is not None:
-                        self.operations.detached(session)
+                    self.router.detached(session)
 
 
 class _Heard:

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..store import AccountRow
 from .kubeconfig_refs import KubeconfigRefError, parse_reference
-from .store import AccountRow
 
 __all__ = [
     "ACCOUNT_NAME",

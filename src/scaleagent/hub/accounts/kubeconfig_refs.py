@@ -28,9 +28,9 @@ from urllib.parse import quote
 
 import yaml
 
-from ..kube.client import KubeClient
-from ..kube.credentials import SERVICE_ACCOUNT_DIR, SERVICE_ACCOUNT_DIR_ENV, load_credentials
-from ..kube.errors import APIError, ConnectionFailed, CredentialsError
+from ...kube.client import KubeClient
+from ...kube.credentials import SERVICE_ACCOUNT_DIR, SERVICE_ACCOUNT_DIR_ENV, load_credentials
+from ...kube.errors import APIError, ConnectionFailed, CredentialsError
 
 __all__ = [
     "MAX_KUBECONFIG_BYTES",

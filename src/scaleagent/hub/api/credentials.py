@@ -22,10 +22,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from .account_models import InvalidRequest
-from .accounts_api import answer, read_json
-from .credentials import KUBERNETES, CredentialsService, definition_view, summary_view
-from .validation import MAX_BODY_BYTES, HubRoute
+from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view, summary_view
+from ..accounts.models import InvalidRequest
+from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 
 __all__ = ["credentials_router"]
 
@@ -34,12 +33,6 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 """The largest page: beyond int64 a database refuses the query with an error of its own, and a
 page of more definitions than this is a dump, which `GET /credentials?expand=true` is for."""
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(description="What was wrong, naming the account and field")
-    status: int
-    problems: list[str] | None = Field(None, description="Every problem found, when there are several")
 
 
 class CredentialsDeleted(BaseModel):

@@ -37,8 +37,8 @@ from typing import Any
 
 import orjson
 
-from ..kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
-from ..protocol.v1 import agent_pb2 as pb
+from ...kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
+from ...protocol.v1 import agent_pb2 as pb
 
 __all__ = ["APPLICATION", "CLUSTER", "Cache", "Change", "Subscription", "SubscriptionOverflow", "version_at_least"]
 

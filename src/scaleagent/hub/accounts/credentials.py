@@ -44,7 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .account_models import (
+from ..numbers import INT32_MAX, INT64_MAX
+from ..store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
+from .models import (
     SETTINGS,
     AccountChange,
     AccountIn,
@@ -53,13 +55,11 @@ from .account_models import (
     _problem,
     check_account_name,
 )
-from .accounts import SOURCE, AccountsService, Conflict, UnknownAccounts
+from .service import SOURCE, AccountsService, Conflict, UnknownAccounts
 from .states import AccountState
-from .store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
-from .validation import INT32_MAX, INT64_MAX
 
 if TYPE_CHECKING:
-    from .config import DynamicAccountsConfig
+    from ..config import DynamicAccountsConfig
 
 __all__ = [
     "KUBERNETES",

@@ -17,40 +17,29 @@ hub's shape, `{"error": "...", "status": N}`, whatever app the router is mounted
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from .account_models import (
+from ..accounts.models import (
     AccountChange,
     AccountIn,
     AccountView,
-    InvalidRequest,
     account_view,
     parse_accounts,
     parse_names,
 )
-from .accounts import AccountsService, Conflict, UnknownAccounts
-from .states import TransitionError
-from .store import StoreError
-from .validation import MAX_BODY_BYTES, BodyTooLarge, HubRoute, error_response, read_body
+from ..accounts.service import AccountsService
+from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 
-__all__ = ["MAX_BODY_BYTES", "DeleteResult", "accounts_router", "answer", "error_response", "read_json"]
+__all__ = ["DeleteResult", "accounts_router"]
 
 
 class DeleteResult(BaseModel):
     deleted: list[str] = Field(description="The accounts deleted")
     warnings: list[str] = Field(description="Agents that did not confirm they stopped following an account")
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(description="What was wrong, naming the account and field")
-    status: int
-    problems: list[str] | None = Field(None, description="Every problem found, when there are several")
 
 
 def _list_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -87,37 +76,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": f"The body is larger than {MAX_BODY_BYTES} bytes; nothing was changed"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
-
-
-async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
-    """Run the request and answer `status` with its JSON result, or the error it raised."""
-    try:
-        result = await work()
-    except BodyTooLarge as e:
-        return error_response(413, str(e))
-    except InvalidRequest as e:
-        return error_response(400, str(e), e.problems)
-    except UnknownAccounts as e:
-        return error_response(404, str(e))
-    except Conflict as e:
-        return error_response(409, str(e), [str(t) for t in e.transitions])
-    except TransitionError as e:
-        return error_response(409, str(e))
-    except StoreError as e:
-        return error_response(503, f"the accounts database failed: {e}")
-    return Response(orjson.dumps(result), status_code=status, media_type="application/json")
-
-
-async def read_json(request: Request, empty: str = "the body is empty: send a JSON list") -> Any:
-    """The request body as JSON, or InvalidRequest saying why not (without echoing it); `empty`
-    is the message for an empty body, saying what to send. BodyTooLarge past MAX_BODY_BYTES."""
-    raw = await read_body(request)
-    if not raw.strip():
-        raise InvalidRequest(empty)
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
 
 
 def accounts_router(service: AccountsService) -> APIRouter:

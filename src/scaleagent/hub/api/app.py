@@ -1,0 +1,104 @@
+"""The hub's HTTP API app (port 7002): the routers of each API, health, readiness and metrics,
+and one error shape for everything FastAPI itself refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ... import __version__
+from .accounts import accounts_router
+from .common import HubRoute, invalid_parameters
+from .credentials import credentials_router
+from .deps import ApiDeps
+from .objects import objects_router
+from .operations import operations_router
+
+
+def create_app(deps: ApiDeps) -> FastAPI:
+    app = FastAPI(
+        title="Scale Agent hub",
+        version=__version__,
+        description="Connected agents, their accounts, and a real-time cache of every cluster's objects.",
+    )
+    app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
+    app.include_router(objects_router(deps))
+    app.include_router(accounts_router(deps.accounts))
+    app.include_router(credentials_router(deps.credentials))
+    app.include_router(operations_router(deps.tasks, deps.router, deps.cache))
+
+    @app.get("/health", tags=["health"], summary="Liveness, with a summary of sessions and the cache")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "replica": deps.replica,
+            "agents": len(deps.registry.sessions),
+            "accounts": len(deps.registry.accounts),
+            "cache": deps.cache.stats(),
+        }
+
+    @app.get("/ready", tags=["health"], summary="Ready to serve (both ports listening)")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    metrics_registry = CollectorRegistry()
+    metrics_registry.register(_Collector(deps))
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
+
+    @app.exception_handler(RequestValidationError)  # routes are HubRoutes; this is for any that is not
+    async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        return invalid_parameters(request.scope.get("route"), e)
+
+    return app
+
+
+class _Collector:
+    def __init__(self, deps: ApiDeps) -> None:
+        self.deps = deps
+
+    def collect(self) -> Any:
+        registry, cache = self.deps.registry, self.deps.cache
+        yield GaugeMetricFamily("scale_agent_hub_sessions", "Agents connected", value=len(registry.sessions))
+        states = GaugeMetricFamily("scale_agent_hub_accounts", "Accounts by state", labels=["state"])
+        counts: dict[str, int] = {}
+        for r in registry.accounts.values():
+            counts[r.state] = counts.get(r.state, 0) + 1
+        for state in ("ACTIVE", "DISCONNECTED", "ORPHANED"):
+            states.add_metric([state], counts.get(state, 0))
+        yield states
+        stats = cache.stats()
+        yield GaugeMetricFamily("scale_agent_hub_cached_objects", "Objects in the cache", value=stats.get("objects", 0))
+        yield GaugeMetricFamily(
+            "scale_agent_hub_cached_bytes", "JSON bytes held by the cache", value=stats.get("bytes", 0)
+        )
+        events = CounterMetricFamily("scale_agent_hub_events", "Object events received", labels=["agent"])
+        for s in registry.sessions.values():
+            events.add_metric([s.agent_id], s.events)
+        yield events
+        yield CounterMetricFamily(
+            "scale_agent_hub_refused_streams",
+            "Agent streams refused (auth, protocol, input)",
+            value=self.deps.link.refused,
+        )
+        tasks = self.deps.tasks
+        yield GaugeMetricFamily("scale_agent_hub_tasks_running", "Operation tasks running", value=tasks.running)
+        ended = CounterMetricFamily("scale_agent_hub_tasks_ended", "Operation tasks ended", labels=["state"])
+        for state, n in tasks.ended.items():
+            ended.add_metric([state], n)
+        yield ended
+        yield CounterMetricFamily(
+            "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.deps.router.sent
+        )
