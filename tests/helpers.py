@@ -514,3 +514,40 @@ def agent_of(
         ),
         print_events=False,
     )
+
+
+def dynamic_hub_and_agent(
+    directory: Path, database_url: str, *, retry_seconds: float
+) -> tuple[HubProcess, AgentProcess]:
+    """A hub with dynamic accounts on `database_url` (a fresh encryption key; failed accounts
+    retried every `retry_seconds`), and one agent connected to it in plaintext, taking dynamic
+    accounts. The agent's link is up when this returns; the caller stops both."""
+    from cryptography.fernet import Fernet
+
+    hub = HubProcess(
+        write_yaml(
+            directory / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": database_url},
+                "dynamicAccounts": {
+                    "encryptionKey": Fernet.generate_key().decode(),
+                    "retryFrequencySeconds": retry_seconds,
+                },
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            directory / "agent.yaml",
+            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
+        ),
+        print_events=False,
+    )
+    try:
+        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+    except BaseException:
+        agent.stop()
+        hub.stop()
+        raise
+    return hub, agent

@@ -29,7 +29,6 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from helpers import (
@@ -37,8 +36,8 @@ from helpers import (
     HubProcess,
     KubesimProcess,
     TcpProxy,
+    dynamic_hub_and_agent,
     start_kubesim,
-    write_yaml,
 )
 
 pytestmark = pytest.mark.drill
@@ -307,24 +306,7 @@ def test_drill_database_restarts_under_dynamic_account_churn(db_url: str, tmp_pa
         kubesim = start_kubesim(tmp_path / "kubesim", "--clusters", str(CLUSTERS), "--bookmark-interval", "1")
         for i in range(CLUSTERS):
             seed_cluster(kubesim.admin(i), i)
-        hub = HubProcess(
-            write_yaml(
-                tmp_path / "hub.yaml",
-                {
-                    "server": {"grpcPort": 0, "httpPort": 0},
-                    "database": {"url": via(db_url, db)},
-                    "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 1},
-                },
-            )
-        )
-        agent = AgentProcess(
-            write_yaml(
-                tmp_path / "agent.yaml",
-                {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
-            ),
-            print_events=False,
-        )
-        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
+        hub, agent = dynamic_hub_and_agent(tmp_path, via(db_url, db), retry_seconds=1)
         session = agent.health()["hub"]["sessionId"]
 
         seed = int(time.time())  # the load's choices; a failure names it

@@ -12,12 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
 from e2e_stack import through
-from helpers import AgentProcess, HubProcess, TcpProxy, write_yaml
+from helpers import HubProcess, TcpProxy, dynamic_hub_and_agent
 
 
 def via(url: str, proxy: TcpProxy) -> str:
@@ -42,25 +41,8 @@ def test_an_account_activated_during_a_database_outage_becomes_active_once_it_is
     server = urlsplit(__import__("yaml").safe_load(kubesim.admin(1).read_text())["clusters"][0]["cluster"]["server"])
     cluster = TcpProxy(server.hostname or "127.0.0.1", server.port or 443)
     cluster.refusing = True  # the agent takes the account but cannot reach its cluster yet
-    hub = HubProcess(
-        write_yaml(
-            tmp_path / "hub.yaml",
-            {
-                "server": {"grpcPort": 0, "httpPort": 0},
-                "database": {"url": db_url},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 2},
-            },
-        )
-    )
-    agent = AgentProcess(
-        write_yaml(
-            tmp_path / "agent.yaml",
-            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
-        ),
-        print_events=False,
-    )
+    hub, agent = dynamic_hub_and_agent(tmp_path, db_url, retry_seconds=2)
     try:
-        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         kubeconfig = through(kubesim.admin(1), cluster, tmp_path / "cluster.yaml")
         assert (
             hub.post("/armory/accounts", [{"name": "dyn", "kubeconfigFile": str(kubeconfig), "kinds": ["Namespace"]}])[
@@ -99,25 +81,8 @@ def test_a_deactivation_the_database_interrupts_ends_inactive_once_it_is_back(da
     import signal
 
     db_url, db = database
-    hub = HubProcess(
-        write_yaml(
-            tmp_path / "hub.yaml",
-            {
-                "server": {"grpcPort": 0, "httpPort": 0},
-                "database": {"url": db_url},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 60},
-            },
-        )
-    )
-    agent = AgentProcess(
-        write_yaml(
-            tmp_path / "agent.yaml",
-            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
-        ),
-        print_events=False,
-    )
+    hub, agent = dynamic_hub_and_agent(tmp_path, db_url, retry_seconds=60)
     try:
-        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         assert (
             hub.post(
                 "/armory/accounts",
@@ -198,26 +163,9 @@ def test_a_deleted_account_is_not_recreated_by_a_write_queued_before_its_delete(
 
     db_url, db = database
     direct = via(db_url, db).replace(f":{db.port}", f":{db.target[1]}")
-    hub = HubProcess(
-        write_yaml(
-            tmp_path / "hub.yaml",
-            {
-                "server": {"grpcPort": 0, "httpPort": 0},
-                "database": {"url": db_url},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
-            },
-        )
-    )
-    agent = AgentProcess(
-        write_yaml(
-            tmp_path / "agent.yaml",
-            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
-        ),
-        print_events=False,
-    )
+    hub, agent = dynamic_hub_and_agent(tmp_path, db_url, retry_seconds=5)
     lock = None
     try:
-        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         accounts = [
             {"name": n, "kubeconfigFile": str(kubesim.admin(1)), "kinds": ["Namespace"]} for n in ("blocker", "reused")
         ]
@@ -267,25 +215,8 @@ def test_an_account_whose_delete_the_database_refused_is_still_followed(database
     from concurrent.futures import ThreadPoolExecutor
 
     db_url, db = database
-    hub = HubProcess(
-        write_yaml(
-            tmp_path / "hub.yaml",
-            {
-                "server": {"grpcPort": 0, "httpPort": 0},
-                "database": {"url": db_url},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "retryFrequencySeconds": 1},
-            },
-        )
-    )
-    agent = AgentProcess(
-        write_yaml(
-            tmp_path / "agent.yaml",
-            {"server": {"port": 0}, "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "insecure": True}},
-        ),
-        print_events=False,
-    )
+    hub, agent = dynamic_hub_and_agent(tmp_path, db_url, retry_seconds=1)
     try:
-        agent.wait_health(lambda d: d["hub"]["state"] == "connected", what="the agent connected")
         assert (
             hub.post(
                 "/armory/accounts", [{"name": "kept", "kubeconfigFile": str(kubesim.admin(1)), "kinds": ["Namespace"]}]
