@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from scaleagent.hub.store import async_url
 from scaleagent.hub.store.models import VERSION_TABLE, Account, Credentials
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name
-from helpers import KubesimProcess, start_kubesim
+from tests.databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name
+from tests.helpers import KubesimProcess, start_kubesim
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 

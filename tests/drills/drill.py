@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import HubPki, HubProcess, write_yaml
+from tests.helpers import HubPki, HubProcess, write_yaml
 
 Key = tuple[str, str, str, str, str]  # kind, namespace, name, uid, resourceVersion
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -30,8 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import (
+from tests.helpers import (
     AgentProcess,
     HubProcess,
     KubesimProcess,

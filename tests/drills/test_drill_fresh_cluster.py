@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from drill import cluster_state, converge, create_configmaps, report
-from e2e_stack import through
-from helpers import AgentProcess, HubProcess, TcpProxy, agent_of, tls_hub
+from tests.drills.drill import cluster_state, converge, create_configmaps, report
+from tests.e2e.e2e_stack import through
+from tests.helpers import AgentProcess, HubProcess, TcpProxy, agent_of, tls_hub
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_CLUSTER = ROOT / "scripts" / "real-cluster"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -16,12 +15,9 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from drill import Churn, agent_config, converge, create_configmaps, report
-from e2e_stack import through
-from helpers import (
+from tests.drills.drill import Churn, agent_config, converge, create_configmaps, report
+from tests.e2e.e2e_stack import through
+from tests.helpers import (
     AgentProcess,
     HubPki,
     HubProcess,

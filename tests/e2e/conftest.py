@@ -13,7 +13,6 @@ may do anything in namespace `team-a`).
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +21,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from e2e_stack import Cluster, Stack, through
-from helpers import AgentProcess, HubProcess, TcpProxy, make_hub_pki, write_yaml
+from tests.e2e.e2e_stack import Cluster, Stack, through
+from tests.helpers import AgentProcess, HubProcess, TcpProxy, make_hub_pki, write_yaml
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 WAIT_MS = 15000  # the hub's operationWaitMs

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, TcpProxy, account_health
+from tests.helpers import AgentProcess, HubProcess, TcpProxy, account_health
 
 
 @dataclass

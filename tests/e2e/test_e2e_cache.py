@@ -9,7 +9,8 @@ import time
 import uuid
 
 import pytest
-from e2e_stack import Cluster, Stack
+
+from tests.e2e.e2e_stack import Cluster, Stack
 
 
 def server_resource(qualified: str) -> str:

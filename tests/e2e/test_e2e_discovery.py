@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from e2e_stack import Cluster, Stack
+from tests.e2e.e2e_stack import Cluster, Stack
 
 
 def crd(group: str, kind: str, plural: str, versions: list[str]) -> dict:

@@ -6,7 +6,7 @@ but no Pod ever runs: there is no kubelet and no scheduler.
 
 from __future__ import annotations
 
-from e2e_stack import Cluster, Stack
+from tests.e2e.e2e_stack import Cluster, Stack
 
 
 def deployment(name: str, image: str, replicas: int = 1) -> dict:

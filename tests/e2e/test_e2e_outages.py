@@ -9,8 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e_stack import Cluster, Stack
-from helpers import account_health, free_port
+
+from tests.e2e.e2e_stack import Cluster, Stack
+from tests.helpers import account_health, free_port
 
 SCRIPT = Path(__file__).parent.parent.parent / "scripts" / "real-cluster"
 

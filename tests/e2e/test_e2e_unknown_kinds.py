@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from helpers import CLI
+from tests.helpers import CLI
 
 
 def get(stack, *args: str) -> subprocess.CompletedProcess:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import read_until
+from tests.helpers import read_until
 
 
 def kubectl(kubectl_bin: str, kubeconfig: Path, *args: str, check: bool = True, input: str | None = None):

@@ -12,8 +12,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, TcpProxy, account_health, start_kubesim
+from tests.helpers import AgentProcess, TcpProxy, account_health, start_kubesim
 
 
 def write_config(path: Path, accounts: list[dict], **top) -> Path:

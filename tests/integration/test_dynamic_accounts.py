@@ -12,7 +12,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -30,9 +29,7 @@ from scaleagent.hub.agents.registry import Session
 from scaleagent.hub.config import HubConfig
 from scaleagent.hub.service import Hub
 from scaleagent.protocol import PROTOCOL_VERSION, pb, pb_grpc
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, free_port, write_yaml
+from tests.helpers import AgentProcess, free_port, write_yaml
 
 T = TypeVar("T")
 DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"

@@ -4,17 +4,14 @@ database, and an agent that receives the accounts over the link and follows them
 from __future__ import annotations
 
 import base64
-import sys
 from pathlib import Path
 
 import yaml
 from cryptography.fernet import Fernet
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent))
-from helpers import AgentProcess, HubProcess, write_yaml
-from test_hub_accounts import run_curl, seed_curl
+from tests.helpers import AgentProcess, HubProcess, write_yaml
+from tests.hub_harness import run_curl, seed_curl
 
 SEED_ZONE = "agent-1_namespace1"
 
@@ -209,7 +206,7 @@ async def test_an_intercepted_account_management_request_becomes_an_active_accou
 
 
 async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_max_retries(db_url, kubesim, tmp_path):
-    from helpers import free_port
+    from tests.helpers import free_port
 
     unreachable = yaml.safe_load(kubesim.admin(0).read_text())
     unreachable["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"

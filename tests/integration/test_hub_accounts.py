@@ -19,227 +19,41 @@ import base64
 import json
 import logging
 import re
-import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigResolver
 from scaleagent.hub.accounts.secrets_box import SecretBox, generate_key, parse_keys
-from scaleagent.hub.accounts.service import AccountsService
-from scaleagent.hub.agents.dispatch import AccountDispatcher
-from scaleagent.hub.agents.registry import Registry, Session
 from scaleagent.hub.api.accounts import accounts_router
-from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.config import DynamicAccountsConfig
-from scaleagent.hub.store import AccountRow, Store, async_url
+from scaleagent.hub.store import async_url
 from scaleagent.hub.store.models import Account
 from scaleagent.protocol import pb
+from tests.hub_harness import WAIT, AccountsHub, run_curl, secret, seed_curl
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 SEED_ZONE = "agent-1_namespace1"
-WAIT = 20.0
 
 
-# --- the agents' side of the link -----------------------------------------------------------
-
-
-@dataclass
-class ScriptedAgent:
-    """An agent as the hub sees it: a session in the registry, receiving control messages and
-    answering them. `behaviour[name]` decides an account: "watch" (the default: take it, report
-    it watching), "error:<reason>" (take it, report an error), "refuse:<reason>", "silent"
-    (take it, report nothing yet)."""
-
-    registry: Registry
-    dispatcher: AccountDispatcher
-    agent_id: str
-    zone_id: str = ""
-    dynamic: bool = True
-    behaviour: dict[str, str] = field(default_factory=dict)
-    default: str = "watch"
-    added: list[pb.DynamicAccount] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    session: Session | None = None
-
-    def connect(self) -> ScriptedAgent:
-        self.session = self.registry.open(
-            Session(
-                agent_id=self.agent_id,
-                zone_id=self.zone_id,
-                agent_version="test",
-                peer="test",
-                replica="r",
-                dynamic_accounts_enabled=self.dynamic,
-            )
-        )
-        self.session.control = self._control
-        return self
-
-    def disconnect(self) -> None:
-        assert self.session is not None
-        self.registry.close(self.session)
-
-    def _control(self, message: pb.CachingControl) -> None:
-        loop = asyncio.get_running_loop()
-        which = message.WhichOneof("message")
-        if which == "add_accounts":
-            request = message.add_accounts
-            answers, reports = [], []
-            for account in request.accounts:
-                self.added.append(account)
-                verdict, _, reason = self.behaviour.get(account.name, self.default).partition(":")
-                answers.append(pb.AccountAnswer(name=account.name, accepted=verdict != "refuse", reason=reason))
-                if verdict in ("watch", "error"):
-                    reports.append((account.name, "watching" if verdict == "watch" else "error", reason))
-            loop.call_soon(self._answer, request.request_id, answers, reports)
-        elif which == "delete_accounts":
-            request = message.delete_accounts
-            self.deleted.extend(request.names)
-            answers = [pb.AccountAnswer(name=n, accepted=True, reason="") for n in request.names]
-            loop.call_soon(self._removed, request.request_id, answers, list(request.names))
-
-    def _answer(self, request_id: str, answers: list[pb.AccountAnswer], reports: list[tuple[str, str, str]]) -> None:
-        assert self.session is not None
-        self.dispatcher.answer(self.session, pb.AccountsAnswer(request_id=request_id, answers=answers))
-        for name, state, reason in reports:
-            self.describe(name, state, reason)
-
-    def describe(self, name: str, state: str, reason: str = "") -> None:
-        assert self.session is not None
-        self.registry.describe(
-            self.session,
-            name,
-            api_host=f"https://{name}.clusters.test:6443",
-            fingerprint="AB:CD",
-            server_version="v1.30.0",
-            agent_state=state,
-            reason=reason,
-            kinds=["ConfigMap"],
-            properties={},
-        )
-
-    def _removed(self, request_id: str, answers: list[pb.AccountAnswer], names: list[str]) -> None:
-        assert self.session is not None
-        for name in names:
-            self.registry.remove(self.session, name)
-        self.dispatcher.answer(self.session, pb.AccountsAnswer(request_id=request_id, answers=answers))
-
-    def kubeconfig_of(self, name: str) -> bytes:
-        sent = [a for a in self.added if a.name == name]
-        assert sent, f"{self.agent_id} was never sent {name}"
-        return base64.b64decode(sent[-1].kubeconfig_base64)
-
-
-# --- the hub ---------------------------------------------------------------------------------
-
-
-class Hub:
-    """The hub's accounts half on a real database, with its REST API on a real socket."""
-
-    def __init__(
-        self,
-        db_url: str,
-        kubeconfig: Path,
-        key: str,
-        *,
-        grace: float = 60.0,
-        retry_every: float = 3600.0,
-        max_retries: int = 3,
-    ) -> None:
-        self.db_url = db_url
-        self.kubeconfig = kubeconfig
-        self.key = key
-        self.grace = grace
-        self.settings = DynamicAccountsConfig(
-            retry_frequency_seconds=retry_every, max_retries=max_retries, agent_timeout_seconds=5.0
-        )
-        self.agents: list[ScriptedAgent] = []
-
-    async def start(self) -> Hub:
-        self.store = await Store.open(self.db_url)
-        self.registry = Registry(Cache(), grace_seconds=self.grace, replica="r", store=self.store)
-        await self.registry.start()
-        self.dispatcher = AccountDispatcher(self.registry)
-        self.service = AccountsService(
-            self.store,
-            self.registry,
-            self.dispatcher,
-            config=self.settings,
-            box=SecretBox(parse_keys(self.key)),
-            resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig),
-        )
-        await self.service.start()
-        app = FastAPI()
-        app.include_router(accounts_router(self.service))
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
-        self.server_task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
-        self.http = aiohttp.ClientSession()
-        return self
-
-    async def stop(self) -> None:
-        await self.http.close()
-        self.server.should_exit = True
-        await asyncio.wait([self.server_task])
-        await self.service.stop()
-        await self.registry.stop()
-        await self.store.close()
-
-    def agent(self, agent_id: str, zone_id: str = "", **kw: Any) -> ScriptedAgent:
-        a = ScriptedAgent(self.registry, self.dispatcher, agent_id, zone_id, **kw).connect()
-        self.agents.append(a)
-        return a
-
-    async def call(self, method: str, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
-        data = body if isinstance(body, str | bytes) or body is None else json.dumps(body)
-        async with self.http.request(
-            method, self.url + path, data=data, params=params or None, headers={"Content-Type": "application/json"}
-        ) as r:
-            return r.status, await r.json()
-
-    async def row(self, name: str) -> AccountRow | None:
-        return await self.store.get_account(name)
-
-    async def until(self, name: str, check: Callable[[AccountRow], bool], what: str) -> AccountRow:
-        """Wait until the account's row passes `check` (the service says when anything changed)."""
-        found: list[AccountRow] = []
-
-        async def ok() -> bool:
-            row = await self.store.get_account(name)
-            found[:] = [row] if row else []
-            return row is not None and check(row)
-
-        try:
-            await self.service.wait_for(ok, WAIT)
-        except TimeoutError:
-            raise AssertionError(f"{name}: not {what} within {WAIT}s; last: {found}") from None
-        return found[0]
-
-    async def state(self, name: str, state: str) -> AccountRow:
-        return await self.until(name, lambda r: r.state == state, state)
+def accounts_hub(
+    db_url: str, kubeconfig: Path, key: str, *, grace: float = 60.0, retry_every: float = 3600.0, max_retries: int = 3
+) -> AccountsHub:
+    settings = DynamicAccountsConfig(
+        retry_frequency_seconds=retry_every, max_retries=max_retries, agent_timeout_seconds=5.0
+    )
+    return AccountsHub(db_url, kubeconfig, settings, key=key, grace=grace)
 
 
 @pytest.fixture
-async def hub(db_url: str, kubesim: Any) -> AsyncIterator[Hub]:
-    h = await Hub(db_url, kubesim.admin(0), generate_key()).start()
+async def hub(db_url: str, kubesim: Any) -> AsyncIterator[AccountsHub]:
+    h = await accounts_hub(db_url, kubesim.admin(0), generate_key()).start()
     yield h
     await h.stop()
 
@@ -249,48 +63,6 @@ def core(kubesim: Any) -> Any:
     api = config.new_client_from_config(config_file=str(kubesim.admin(0)))
     yield client.CoreV1Api(api)
     api.close()
-
-
-def secret(core: Any, namespace: str, name: str, data: dict[str, bytes]) -> None:
-    """Create or replace a Secret in the hub's cluster (kubesim cluster 0), as an admin would."""
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name), data={k: base64.b64encode(v).decode() for k, v in data.items()}
-    )
-    try:
-        core.create_namespaced_secret(namespace, body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        core.replace_namespaced_secret(name, namespace, body)
-
-
-def seed_curl(method: str) -> str:
-    """The seeds' curl command for `method`, verbatim, as docs/accounts.md quotes it."""
-    text = (ROOT / "docs" / "accounts.md").read_text()
-    blocks = re.findall(r"```sh\n( curl --request (\w+) \\\n.*?)```", text, re.S)
-    found = [b for b, m in blocks if m == method]
-    assert len(found) == 1, f"docs/accounts.md should quote the seeds' {method} example once"
-    return found[0]
-
-
-async def run_curl(command: str, port: int) -> tuple[int, Any]:
-    """Run a curl command as written, sending its host:7002 to our server instead."""
-    extra = (
-        f" --connect-to clouddriver:7002:127.0.0.1:{port} --connect-to localhost:7002:127.0.0.1:{port}"
-        " -sS -w '\\n%{http_code}'"
-    )
-    proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", command.rstrip() + extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    body, _, status = out.decode().rpartition("\n")
-    return int(status), json.loads(body)
 
 
 async def stored_blob(db_url: str, name: str) -> bytes | None:
@@ -307,7 +79,7 @@ async def stored_blob(db_url: str, name: str) -> bytes | None:
 
 
 async def test_the_seeds_curl_requests_work_verbatim(
-    hub: Hub, core: Any, kubesim: Any, db_url: str, caplog: pytest.LogCaptureFixture
+    hub: AccountsHub, core: Any, kubesim: Any, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     kubeconfig = kubesim.admin(1).read_bytes()  # account-02's cluster
@@ -349,7 +121,7 @@ async def test_the_seeds_curl_requests_work_verbatim(
         assert "kubeconfig" not in {k.lower() for k in view} and blob.decode() not in json.dumps(view)
 
 
-async def test_without_a_zone_agents_are_asked_in_turn_and_the_taker_zone_is_recorded(hub: Hub) -> None:
+async def test_without_a_zone_agents_are_asked_in_turn_and_the_taker_zone_is_recorded(hub: AccountsHub) -> None:
     first = hub.agent("agent-a", zone_id="east", behaviour={"acc": "refuse:dynamic accounts are full here"})
     disabled = hub.agent("agent-off", zone_id="north", dynamic=False)
     second = hub.agent("agent-b", zone_id="west")
@@ -362,7 +134,7 @@ async def test_without_a_zone_agents_are_asked_in_turn_and_the_taker_zone_is_rec
     assert not third.added and not disabled.added
 
 
-async def test_a_zone_sends_to_every_agent_of_that_zone_and_no_other(hub: Hub) -> None:
+async def test_a_zone_sends_to_every_agent_of_that_zone_and_no_other(hub: AccountsHub) -> None:
     z1, z2 = hub.agent("z-1", zone_id="z"), hub.agent("z-2", zone_id="z")
     other = hub.agent("o-1", zone_id="other")
     await hub.call("POST", "/armory/accounts", [{"name": "zoned", "zoneId": "z", "namespaces": ["web"]}])
@@ -433,33 +205,33 @@ async def test_a_zone_sends_to_every_agent_of_that_zone_and_no_other(hub: Hub) -
         ('[{"name": "ok-1"}', 400, "the body is not valid JSON (unexpected end of data at line 1, column 18)"),
     ],
 )
-async def test_an_invalid_create_is_refused_whole(hub: Hub, body: Any, status: int, message: str) -> None:
+async def test_an_invalid_create_is_refused_whole(hub: AccountsHub, body: Any, status: int, message: str) -> None:
     got, answer = await hub.call("POST", "/armory/accounts", body)
     assert (got, answer["status"]) == (status, status)
     assert answer["error"].startswith(message), answer["error"]
-    assert await hub.service.list_accounts() == []  # not even the valid ones
+    assert await hub.accounts.list_accounts() == []  # not even the valid ones
 
 
-async def test_several_problems_are_reported_at_once(hub: Hub) -> None:
+async def test_several_problems_are_reported_at_once(hub: AccountsHub) -> None:
     status, answer = await hub.call("POST", "/armory/accounts", [{"name": "a", "zoneId": 1}, {"name": "b c"}])
     assert status == 400 and len(answer["problems"]) == 2
     assert answer["error"] == "; ".join(answer["problems"])
 
 
-async def test_an_existing_name_refuses_the_whole_create(hub: Hub) -> None:
+async def test_an_existing_name_refuses_the_whole_create(hub: AccountsHub) -> None:
     await hub.call("POST", "/armory/accounts", [{"name": "taken"}])
     await hub.store.upsert_account("from-a-file", state="ACTIVE")  # what the registry writes for a file account
     status, answer = await hub.call("POST", "/armory/accounts", [{"name": "fresh"}, {"name": "taken"}])
     assert (status, answer["error"]) == (409, "account 'taken' already exists: choose another name")
     status, answer = await hub.call("POST", "/armory/accounts", [{"name": "from-a-file"}])
     assert status == 409 and "configured in an agent's own file" in answer["error"]
-    assert [r.name for r in await hub.service.list_accounts()] == ["taken"]
+    assert [r.name for r in await hub.accounts.list_accounts()] == ["taken"]
 
 
-async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
+async def test_an_invalid_patch_changes_nothing(hub: AccountsHub) -> None:
     hub.agent("agent-0", behaviour={"busy": "silent"})
     await hub.call("POST", "/armory/accounts", [{"name": "a"}, {"name": "busy"}])
-    before = await hub.service.list_accounts()
+    before = await hub.accounts.list_accounts()
 
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "nope"}])
     assert (status, answer["error"]) == (404, "no account named 'nope'")
@@ -476,11 +248,11 @@ async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
         "PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z", "kubeconfigFile": None, "context": "c"}]
     )
     assert status == 400 and "context only applies with a kubeconfigFile" in answer["error"]
-    assert await hub.service.list_accounts() == before
+    assert await hub.accounts.list_accounts() == before
 
     await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "state": "ACTIVE"}])
     await hub.state("busy", "ACTIVATING")
-    before = await hub.service.list_accounts()
+    before = await hub.accounts.list_accounts()
     status, answer = await hub.call(
         "PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "busy", "state": "ACTIVE"}]
     )
@@ -491,10 +263,10 @@ async def test_an_invalid_patch_changes_nothing(hub: Hub) -> None:
     )
     status, answer = await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "namespaces": ["web"]}])
     assert status == 409 and "its settings cannot change while it is ACTIVATING" in answer["error"]
-    assert await hub.service.list_accounts() == before
+    assert await hub.accounts.list_accounts() == before
 
 
-async def test_settings_change_and_merge(hub: Hub) -> None:
+async def test_settings_change_and_merge(hub: AccountsHub) -> None:
     await hub.call("POST", "/armory/accounts", [{"name": "s", "namespaces": ["web"], "kinds": ["Deployment"]}])
     status, [view] = await hub.call(
         "PATCH",
@@ -516,7 +288,7 @@ async def test_settings_change_and_merge(hub: Hub) -> None:
 # --- failures and retries -----------------------------------------------------------------------
 
 
-async def test_an_unresolvable_reference_fails_that_account_not_the_request(hub: Hub, core: Any) -> None:
+async def test_an_unresolvable_reference_fails_that_account_not_the_request(hub: AccountsHub, core: Any) -> None:
     namespace = f"ns-{uuid.uuid4().hex[:6]}"
     secret(core, namespace, "kc", {"other": b"x"})
     agent = hub.agent("agent-0")
@@ -547,7 +319,7 @@ async def test_an_unresolvable_reference_fails_that_account_not_the_request(hub:
     assert [a.name for a in agent.added] == ["good"]
 
 
-async def test_an_agent_error_fails_the_account_with_its_reason_and_the_agent_is_told_to_stop(hub: Hub) -> None:
+async def test_an_agent_error_fails_the_account_with_its_reason_and_the_agent_is_told_to_stop(hub: AccountsHub) -> None:
     agent = hub.agent("agent-0", behaviour={"bad": "error:cannot connect to https://10.0.0.1:6443: refused"})
     await hub.call("POST", "/armory/accounts", [{"name": "bad"}])
     await hub.call("PATCH", "/armory/accounts", [{"name": "bad", "state": "ACTIVE"}])
@@ -559,7 +331,7 @@ async def test_an_agent_error_fails_the_account_with_its_reason_and_the_agent_is
     assert (view["state"], view["errorMessage"], view["failedCount"]) == ("FAILED", row.error_message, 1)
 
 
-async def test_no_agent_to_take_it(hub: Hub) -> None:
+async def test_no_agent_to_take_it(hub: AccountsHub) -> None:
     await hub.call("POST", "/armory/accounts", [{"name": "alone", "zoneId": "mars"}])
     hub.agent("earthling", zone_id="earth")
     await hub.call("PATCH", "/armory/accounts", [{"name": "alone", "state": "ACTIVE"}])
@@ -570,7 +342,7 @@ async def test_no_agent_to_take_it(hub: Hub) -> None:
     )
 
 
-async def test_every_agent_refusing_is_a_failure_naming_each(hub: Hub) -> None:
+async def test_every_agent_refusing_is_a_failure_naming_each(hub: AccountsHub) -> None:
     hub.agent("a1", default="refuse:dynamic accounts are disabled")
     hub.agent("a2", default="refuse:account 'x' is in my configuration file")
     await hub.call("POST", "/armory/accounts", [{"name": "x"}])
@@ -585,7 +357,7 @@ async def test_every_agent_refusing_is_a_failure_naming_each(hub: Hub) -> None:
 async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_starts_over(
     db_url: str, kubesim: Any
 ) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=2).start()
+    hub = await accounts_hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=2).start()
     try:
         agent = hub.agent("agent-0", default="error:forbidden: cannot list namespaces")
         await hub.call("POST", "/armory/accounts", [{"name": "r"}])
@@ -593,7 +365,7 @@ async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_
         row = await hub.until("r", lambda r: r.state == "FAILED" and r.failed_count == 3, "FAILED 3 times")
         assert row.error_message == "agent agent-0: forbidden: cannot list namespaces"
         assert len(agent.added) == 3  # the first attempt and maxRetries retries
-        await hub.service.retry_failed()  # as the loop does, again and again: the account is left alone now
+        await hub.accounts.retry_failed()  # as the loop does, again and again: the account is left alone now
         assert (await hub.row("r")).state == "FAILED" and len(agent.added) == 3
 
         agent.default = "watch"
@@ -607,7 +379,7 @@ async def test_failed_accounts_are_retried_up_to_max_retries_and_a_manual_patch_
 
 async def test_a_retry_succeeds_once_the_cause_is_fixed(db_url: str, kubesim: Any, core: Any) -> None:
     namespace = f"ns-{uuid.uuid4().hex[:6]}"
-    hub = await Hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=50).start()
+    hub = await accounts_hub(db_url, kubesim.admin(0), generate_key(), retry_every=0.05, max_retries=50).start()
     try:
         agent = hub.agent("agent-0")
         ref = f"encryptedFile:k8s!n:later!k:config!ns:{namespace}"
@@ -624,7 +396,7 @@ async def test_a_retry_succeeds_once_the_cause_is_fixed(db_url: str, kubesim: An
 # --- deactivation and deletion ------------------------------------------------------------------
 
 
-async def test_deactivation_tells_the_agents_then_is_inactive(hub: Hub, kubesim: Any, tmp_path: Path) -> None:
+async def test_deactivation_tells_the_agents_then_is_inactive(hub: AccountsHub, kubesim: Any, tmp_path: Path) -> None:
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
     agent = hub.agent("agent-0", zone_id="z")
@@ -640,7 +412,7 @@ async def test_deactivation_tells_the_agents_then_is_inactive(hub: Hub, kubesim:
     assert (status, view["state"], agent.deleted) == (202, "INACTIVE", ["d"])  # idempotent
 
 
-async def test_delete_tells_the_agent_then_deletes_the_rows(hub: Hub) -> None:
+async def test_delete_tells_the_agent_then_deletes_the_rows(hub: AccountsHub) -> None:
     agent = hub.agent("agent-0")
     await hub.call("POST", "/armory/accounts", [{"name": "x1"}, {"name": "x2"}, {"name": "x3"}])
     await hub.call("PATCH", "/armory/accounts", [{"name": "x1", "state": "ACTIVE"}])
@@ -653,7 +425,7 @@ async def test_delete_tells_the_agent_then_deletes_the_rows(hub: Hub) -> None:
     assert agent.deleted == ["x1"]  # the only one an agent followed
     status, answer = await hub.call("DELETE", "/armory/accounts/x3")
     assert (status, answer["deleted"]) == (200, ["x3"])
-    assert await hub.service.list_accounts() == []
+    assert await hub.accounts.list_accounts() == []
     assert (await hub.call("GET", "/agents/kubernetes/accounts/x1"))[0] == 404
     status, answer = await hub.call("DELETE", "/armory/accounts", '"x1"')
     assert (status, answer["error"]) == (
@@ -670,7 +442,7 @@ async def test_an_orphaned_account_comes_back_when_an_agent_of_its_zone_connects
 ) -> None:
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
-    hub = await Hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
+    hub = await accounts_hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
     try:
         first = hub.agent("agent-0", zone_id="z")
         hub.agent("elsewhere", zone_id="other")
@@ -690,7 +462,7 @@ async def test_an_orphaned_account_comes_back_when_an_agent_of_its_zone_connects
 
 
 async def test_an_orphan_goes_at_once_to_another_connected_agent(db_url: str, kubesim: Any) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
+    hub = await accounts_hub(db_url, kubesim.admin(0), generate_key(), grace=0).start()
     try:
         first = hub.agent("a-1")
         await hub.call("POST", "/armory/accounts", [{"name": "o2"}])
@@ -712,7 +484,7 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
     path = tmp_path / "kc.yml"
     path.write_bytes(kubesim.admin(1).read_bytes())
     key = generate_key()
-    hub = await Hub(db_url, kubesim.admin(0), key).start()
+    hub = await accounts_hub(db_url, kubesim.admin(0), key).start()
     try:
         hub.agent("agent-0", behaviour={"stuck": "silent"})
         await hub.call("POST", "/armory/accounts", [{"name": "kept", "kubeconfigFile": str(path)}, {"name": "stuck"}])
@@ -724,7 +496,7 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
     finally:
         await hub.stop()
 
-    again = await Hub(db_url, kubesim.admin(0), key, retry_every=3600).start()
+    again = await accounts_hub(db_url, kubesim.admin(0), key, retry_every=3600).start()
     try:
         assert {"kept", "stuck"} <= again.registry.managed
         row = await again.row("stuck")  # half done by the previous run: failed, so that it is retried
@@ -745,7 +517,7 @@ async def test_after_a_hub_restart_active_accounts_go_back_to_the_agents_that_co
 # --- reading ------------------------------------------------------------------------------------
 
 
-async def test_list_filters(hub: Hub) -> None:
+async def test_list_filters(hub: AccountsHub) -> None:
     await hub.call(
         "POST",
         "/armory/accounts",
@@ -815,7 +587,7 @@ def test_the_api_documents_its_bodies() -> None:
 # --- the command line ---------------------------------------------------------------------------
 
 
-async def cli(hub: Hub, *args: str) -> tuple[int, str, str]:
+async def cli(hub: AccountsHub, *args: str) -> tuple[int, str, str]:
     """`scale-agent accounts ...` as a process, against the hub's API."""
     hub_option = [] if args[0] == "generate-key" else ["--hub", hub.url]
     proc = await asyncio.create_subprocess_exec(
@@ -834,7 +606,7 @@ async def cli(hub: Hub, *args: str) -> tuple[int, str, str]:
 
 
 async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
-    hub = await Hub(f"sqlite:///{tmp_path / 'hub.db'}", kubesim.admin(0), generate_key()).start()
+    hub = await accounts_hub(f"sqlite:///{tmp_path / 'hub.db'}", kubesim.admin(0), generate_key()).start()
     try:
         hub.agent("agent-0", zone_id="eu", behaviour={"bad": "error:401 Unauthorized"})
         code, out, err = await cli(hub, "add", "web-eu", "--zone", "eu", "--namespaces", "web,api", "--activate")
@@ -873,7 +645,7 @@ async def test_the_command_line(tmp_path: Path, kubesim: Any) -> None:
     assert code == 1 and err.startswith(f"error: cannot reach the hub at {hub.url}: ")
 
 
-async def test_an_agent_that_takes_an_account_and_leaves_at_once_fails_it(hub: Hub) -> None:
+async def test_an_agent_that_takes_an_account_and_leaves_at_once_fails_it(hub: AccountsHub) -> None:
     agent = hub.agent("agent-a", "z1", default="silent")
     answer = agent._answer
 
@@ -888,7 +660,7 @@ async def test_an_agent_that_takes_an_account_and_leaves_at_once_fails_it(hub: H
     assert "disconnected right after taking the account" in (row.error_message or "")
 
 
-async def test_an_account_deleted_while_its_agent_was_away_is_stopped_when_it_returns(hub: Hub) -> None:
+async def test_an_account_deleted_while_its_agent_was_away_is_stopped_when_it_returns(hub: AccountsHub) -> None:
     agent = hub.agent("agent-a", "z1")
     await hub.call("POST", "/armory/accounts", [{"name": "acc", "zoneId": "z1"}])
     await hub.call("PATCH", "/armory/accounts", [{"name": "acc", "state": "ACTIVE"}])
@@ -898,7 +670,7 @@ async def test_an_account_deleted_while_its_agent_was_away_is_stopped_when_it_re
     assert status == 200 and answer["deleted"] == ["acc"] and "told to stop" in answer["warnings"][0]
     back = hub.agent("agent-a", "z1")
     back.describe("acc", "watching")  # what it still follows, as its hello says
-    await hub.service.wait_for(lambda: _true_if(back.deleted == ["acc"]), WAIT)
+    await hub.accounts.wait_for(lambda: _true_if(back.deleted == ["acc"]), WAIT)
     assert (await hub.call("GET", "/armory/accounts/acc"))[0] == 404
 
 

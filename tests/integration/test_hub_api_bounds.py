@@ -10,17 +10,14 @@ import json
 import math
 import re
 import socket
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import HubProcess, agent_of, tls_hub
+from tests.helpers import HubProcess, agent_of, tls_hub
 
 INT32_MAX = 2**31 - 1  # replicas, as Kubernetes holds them
 INT64_MAX = 2**63 - 1  # grace periods and revisions

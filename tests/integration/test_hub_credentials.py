@@ -16,146 +16,53 @@ import base64
 import json
 import logging
 import re
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from kubernetes import client, config
-from test_hub_accounts import ROOT, ScriptedAgent, run_curl, secret
 
 from scaleagent.hub.accounts.credentials import CredentialsService
-from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigResolver
-from scaleagent.hub.accounts.secrets_box import SecretBox, generate_key, parse_keys
-from scaleagent.hub.accounts.service import AccountsService
-from scaleagent.hub.agents.dispatch import AccountDispatcher
-from scaleagent.hub.agents.registry import Registry
-from scaleagent.hub.api.accounts import accounts_router
 from scaleagent.hub.api.credentials import credentials_router
-from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.config import DynamicAccountsConfig, InterceptorConfig
-from scaleagent.hub.store import AccountRow, Store, StoreError
+from scaleagent.hub.store import StoreError
+from tests.hub_harness import ROOT, AccountsHub, run_curl, secret
 
-WAIT = 20.0
 REF = "encryptedFile:k8s!n:kubeconfig!k:config!ns:spinnaker"
 
 
-class Hub:
-    """The hub's accounts half with both APIs (/armory/accounts and /credentials) on a real
-    database and a real socket."""
-
-    def __init__(
-        self,
-        db_url: str,
-        kubeconfig: Path,
-        *,
-        intercept: bool,
-        patterns: tuple[str, ...] = (),
-        scan_every: float = 3600.0,
-        retry_every: float = 3600.0,
-    ) -> None:
-        self.db_url = db_url
-        self.kubeconfig = kubeconfig
-        self.settings = DynamicAccountsConfig(
-            retry_frequency_seconds=retry_every,
-            agent_timeout_seconds=5.0,
-            interceptor=InterceptorConfig(enabled=intercept),
-            name_patterns=patterns,
-            scan_frequency_seconds=scan_every,
-        )
-        self.agents: list[ScriptedAgent] = []
-
-    async def start(self) -> Hub:
-        self.store = await Store.open(self.db_url)
-        self.registry = Registry(Cache(), grace_seconds=60.0, replica="r", store=self.store)
-        await self.registry.start()
-        self.dispatcher = AccountDispatcher(self.registry)
-        self.accounts = AccountsService(
-            self.store,
-            self.registry,
-            self.dispatcher,
-            config=self.settings,
-            box=SecretBox(parse_keys(generate_key())),
-            resolver=KubeconfigResolver(kubeconfig_file=self.kubeconfig),
-        )
-        await self.accounts.start()
-        self.credentials = CredentialsService(self.store, self.accounts, config=self.settings)
-        await self.credentials.start()
-        app = FastAPI()
-        app.include_router(accounts_router(self.accounts))
-        app.include_router(credentials_router(self.credentials))
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        sock.setblocking(False)
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
-        self.server_task = asyncio.get_running_loop().create_task(self.server.serve(sockets=[sock]))
-        self.http = aiohttp.ClientSession()
-        return self
-
-    async def stop(self) -> None:
-        await self.http.close()
-        self.server.should_exit = True
-        await asyncio.wait([self.server_task])
-        await self.credentials.stop()
-        await self.accounts.stop()
-        await self.registry.stop()
-        await self.store.close()
-
-    def agent(self, agent_id: str, zone_id: str = "", **kw: Any) -> ScriptedAgent:
-        a = ScriptedAgent(self.registry, self.dispatcher, agent_id, zone_id, **kw).connect()
-        self.agents.append(a)
-        return a
-
-    async def call(self, method: str, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
-        data = body if isinstance(body, str | bytes) or body is None else json.dumps(body)
-        async with self.http.request(
-            method, self.url + path, data=data, params=params or None, headers={"Content-Type": "application/json"}
-        ) as r:
-            return r.status, await r.json()
-
-    async def until(self, name: str, check: Callable[[AccountRow], bool], what: str) -> AccountRow:
-        """Wait until the account's row passes `check` (the service says when anything changed)."""
-        found: list[AccountRow] = []
-
-        async def ok() -> bool:
-            row = await self.store.get_account(name)
-            found[:] = [row] if row else []
-            return row is not None and check(row)
-
-        try:
-            await self.accounts.wait_for(ok, WAIT)
-        except TimeoutError:
-            raise AssertionError(f"{name}: not {what} within {WAIT}s; last: {found}") from None
-        return found[0]
-
-    async def state(self, name: str, state: str) -> AccountRow:
-        return await self.until(name, lambda r: r.state == state, state)
-
-    async def snapshot(self) -> tuple[list[Any], list[Any]]:
-        """Both tables, to show a refused request changed nothing."""
-        accounts = [
-            (r.name, r.state, r.zone_id, r.kubeconfig_file, r.properties) for r in await self.store.list_accounts()
-        ]
-        definitions = [(r.name, r.body, r.migrated_at) for r in await self.store.list_credentials()]
-        return accounts, definitions
+def credentials_hub(
+    db_url: str,
+    kubeconfig: Path,
+    *,
+    intercept: bool,
+    patterns: tuple[str, ...] = (),
+    scan_every: float = 3600.0,
+    retry_every: float = 3600.0,
+) -> AccountsHub:
+    """The accounts half with both APIs (/armory/accounts and /credentials)."""
+    settings = DynamicAccountsConfig(
+        retry_frequency_seconds=retry_every,
+        agent_timeout_seconds=5.0,
+        interceptor=InterceptorConfig(enabled=intercept),
+        name_patterns=patterns,
+        scan_frequency_seconds=scan_every,
+    )
+    return AccountsHub(db_url, kubeconfig, settings, credentials=True)
 
 
 @pytest.fixture
-async def passthrough(db_url: str, kubesim: Any) -> AsyncIterator[Hub]:
-    h = await Hub(db_url, kubesim.admin(0), intercept=False).start()
+async def passthrough(db_url: str, kubesim: Any) -> AsyncIterator[AccountsHub]:
+    h = await credentials_hub(db_url, kubesim.admin(0), intercept=False).start()
     yield h
     await h.stop()
 
 
 @pytest.fixture
-async def intercepting(db_url: str, kubesim: Any) -> AsyncIterator[Hub]:
-    h = await Hub(db_url, kubesim.admin(0), intercept=True).start()
+async def intercepting(db_url: str, kubesim: Any) -> AsyncIterator[AccountsHub]:
+    h = await credentials_hub(db_url, kubesim.admin(0), intercept=True).start()
     yield h
     await h.stop()
 
@@ -175,7 +82,7 @@ def k8s(name: str, **fields: Any) -> dict[str, Any]:
 # --- interceptor off: Account Management, nothing else ----------------------------------------------
 
 
-async def test_without_the_interceptor_the_requests_only_keep_definitions(passthrough: Hub) -> None:
+async def test_without_the_interceptor_the_requests_only_keep_definitions(passthrough: AccountsHub) -> None:
     hub = passthrough
     agent = hub.agent("agent-0")
     prod = k8s(
@@ -239,7 +146,9 @@ async def test_without_the_interceptor_the_requests_only_keep_definitions(passth
     assert await hub.store.list_accounts() == [] and not agent.added and not agent.deleted
 
 
-async def test_without_the_interceptor_dynamic_accounts_of_the_same_name_are_left_alone(passthrough: Hub) -> None:
+async def test_without_the_interceptor_dynamic_accounts_of_the_same_name_are_left_alone(
+    passthrough: AccountsHub,
+) -> None:
     hub = passthrough
     agent = hub.agent("agent-0")
     await hub.call("POST", "/armory/accounts", [{"name": "both", "namespaces": ["web"]}])
@@ -257,7 +166,7 @@ async def test_without_the_interceptor_dynamic_accounts_of_the_same_name_are_lef
 
 
 async def test_an_intercepted_post_becomes_an_active_dynamic_account(
-    intercepting: Hub, core: Any, kubesim: Any, caplog: pytest.LogCaptureFixture
+    intercepting: AccountsHub, core: Any, kubesim: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     hub = intercepting
@@ -304,7 +213,7 @@ async def test_an_intercepted_post_becomes_an_active_dynamic_account(
     assert kubeconfig.decode() not in everything and base64.b64encode(kubeconfig).decode() not in everything
 
 
-async def test_the_documented_request_works_verbatim(intercepting: Hub, core: Any, kubesim: Any) -> None:
+async def test_the_documented_request_works_verbatim(intercepting: AccountsHub, core: Any, kubesim: Any) -> None:
     text = (ROOT / "docs" / "accounts.md").read_text()
     [command] = re.findall(r"```sh\n(curl -sS -X POST http://localhost:7002/credentials .*?)```", text, re.S)
     secret(core, "spinnaker", "kubeconfig", {"config": kubesim.admin(1).read_bytes()})
@@ -315,7 +224,7 @@ async def test_the_documented_request_works_verbatim(intercepting: Hub, core: An
     assert agent.kubeconfig_of("prod-east") == kubesim.admin(1).read_bytes()
 
 
-async def test_an_intercepted_post_of_a_taken_name_changes_nothing(intercepting: Hub) -> None:
+async def test_an_intercepted_post_of_a_taken_name_changes_nothing(intercepting: AccountsHub) -> None:
     hub = intercepting
     agent = hub.agent("agent-0")
     await hub.call("POST", "/armory/accounts", [{"name": "by-rest"}])
@@ -335,7 +244,7 @@ async def test_an_intercepted_post_of_a_taken_name_changes_nothing(intercepting:
 
 
 async def test_an_intercepted_post_whose_second_write_fails_leaves_nothing(
-    intercepting: Hub, monkeypatch: pytest.MonkeyPatch
+    intercepting: AccountsHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hub = intercepting
     agent = hub.agent("agent-0")
@@ -354,7 +263,7 @@ async def test_an_intercepted_post_whose_second_write_fails_leaves_nothing(
 
 
 async def test_an_intercepted_put_changes_the_account_and_its_agents_follow(
-    intercepting: Hub, tmp_path: Path, kubesim: Any
+    intercepting: AccountsHub, tmp_path: Path, kubesim: Any
 ) -> None:
     hub = intercepting
     path = tmp_path / "kc.yml"
@@ -377,7 +286,7 @@ async def test_an_intercepted_put_changes_the_account_and_its_agents_follow(
     assert len(agent.added) == 2 and (await hub.store.get_account("p")).state == "ACTIVE"
 
 
-async def test_an_intercepted_put_migrates_a_failed_account_again(intercepting: Hub) -> None:
+async def test_an_intercepted_put_migrates_a_failed_account_again(intercepting: AccountsHub) -> None:
     hub = intercepting
     agent = hub.agent("agent-0", behaviour={"f": "error:forbidden: cannot list namespaces"})
     await hub.call("POST", "/credentials", k8s("f", namespaces=["web"]))
@@ -388,7 +297,7 @@ async def test_an_intercepted_put_migrates_a_failed_account_again(intercepting: 
     assert (row.failed_count, row.properties) == (0, {"namespaces": ["api"]})
 
 
-async def test_an_intercepted_put_during_a_migration_changes_nothing(intercepting: Hub) -> None:
+async def test_an_intercepted_put_during_a_migration_changes_nothing(intercepting: AccountsHub) -> None:
     hub = intercepting
     hub.agent("agent-0", behaviour={"busy": "silent"})
     await hub.call("POST", "/credentials", k8s("busy", namespaces=["web"]))
@@ -399,7 +308,7 @@ async def test_an_intercepted_put_during_a_migration_changes_nothing(interceptin
     assert await hub.snapshot() == before
 
 
-async def test_an_intercepted_put_of_other_names_is_account_management(intercepting: Hub) -> None:
+async def test_an_intercepted_put_of_other_names_is_account_management(intercepting: AccountsHub) -> None:
     hub = intercepting
     # A dynamic account made through /armory/accounts: PUT changes it, and keeps the definition.
     await hub.call("POST", "/armory/accounts", [{"name": "rest", "zoneId": "z"}])
@@ -415,7 +324,7 @@ async def test_an_intercepted_put_of_other_names_is_account_management(intercept
     assert (status, answer["error"]) == (404, "no account named 'nobody'")
 
 
-async def test_an_intercepted_delete_tells_the_agent_then_deletes_both(intercepting: Hub) -> None:
+async def test_an_intercepted_delete_tells_the_agent_then_deletes_both(intercepting: AccountsHub) -> None:
     hub = intercepting
     agent = hub.agent("agent-0")
     await hub.call("POST", "/credentials", k8s("d", namespaces=["web"]))
@@ -441,7 +350,7 @@ async def test_an_intercepted_delete_tells_the_agent_then_deletes_both(intercept
 
 
 async def test_the_scan_migrates_matching_names_once(db_url: str, kubesim: Any) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), intercept=False, patterns=("prod-.*", "staging")).start()
+    hub = await credentials_hub(db_url, kubesim.admin(0), intercept=False, patterns=("prod-.*", "staging")).start()
     try:
         agent = hub.agent("agent-0")
         for name in ("prod-a", "prod-b", "dev-a", "staging", "staging-2", "my-prod-x", "prod-taken"):
@@ -471,7 +380,7 @@ async def test_the_scan_migrates_matching_names_once(db_url: str, kubesim: Any) 
 
 
 async def test_replicas_scanning_together_migrate_each_definition_once(db_url: str, kubesim: Any) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), intercept=False, patterns=("r-.*",)).start()
+    hub = await credentials_hub(db_url, kubesim.admin(0), intercept=False, patterns=("r-.*",)).start()
     try:
         hub.agent("agent-0")
         names = [f"r-{i}" for i in range(6)]
@@ -489,7 +398,7 @@ async def test_replicas_scanning_together_migrate_each_definition_once(db_url: s
 async def test_the_scan_skips_a_definition_that_cannot_be_an_account(
     db_url: str, kubesim: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), intercept=False, patterns=(".*",)).start()
+    hub = await credentials_hub(db_url, kubesim.admin(0), intercept=False, patterns=(".*",)).start()
     try:
         # Written behind the API's back (an older hub, or by hand): the scan must not choke on it.
         await hub.store.create_credentials("bad", "kubernetes", k8s("bad", namespaces=["Not_A_Namespace"]))
@@ -510,7 +419,9 @@ async def test_the_scan_skips_a_definition_that_cannot_be_an_account(
 
 
 async def test_the_scan_loop_runs_from_start_to_stop(db_url: str, kubesim: Any) -> None:
-    hub = await Hub(db_url, kubesim.admin(0), intercept=False, patterns=("auto-.*",), scan_every=0.05).start()
+    hub = await credentials_hub(
+        db_url, kubesim.admin(0), intercept=False, patterns=("auto-.*",), scan_every=0.05
+    ).start()
     stopped = False
     try:
         hub.agent("agent-0")
@@ -588,7 +499,7 @@ async def test_the_scan_loop_runs_from_start_to_stop(db_url: str, kubesim: Any) 
     ],
 )
 async def test_an_invalid_request_changes_nothing(
-    intercepting: Hub, method: str, body: Any, status: int, message: str
+    intercepting: AccountsHub, method: str, body: Any, status: int, message: str
 ) -> None:
     hub = intercepting
     hub.agent("agent-0")
@@ -602,7 +513,7 @@ async def test_an_invalid_request_changes_nothing(
     assert await hub.snapshot() == before
 
 
-async def test_invalid_parameters_are_named(passthrough: Hub) -> None:
+async def test_invalid_parameters_are_named(passthrough: AccountsHub) -> None:
     hub = passthrough
     status, answer = await hub.call("GET", "/credentials", expand="maybe")
     assert (status, answer["error"]) == (400, "expand: expected true or false, got 'maybe'")

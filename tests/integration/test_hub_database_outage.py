@@ -7,16 +7,12 @@ does not recreate the deleted row (found by tests/drills/test_drill_dynamic_acco
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from e2e_stack import through
-from helpers import HubProcess, TcpProxy, dynamic_hub_and_agent
+from tests.e2e.e2e_stack import through
+from tests.helpers import HubProcess, TcpProxy, dynamic_hub_and_agent
 
 
 def via(url: str, proxy: TcpProxy) -> str:

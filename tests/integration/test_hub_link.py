@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import base64
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, free_port, make_hub_pki, write_yaml
+from tests.helpers import AgentProcess, HubProcess, free_port, make_hub_pki, write_yaml
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +444,7 @@ def test_an_agent_restarted_with_fewer_kinds_and_namespaces_leaves_no_phantoms(
 
 def test_an_account_state_change_reaches_the_hub_without_any_event(kubesim, namespace, procs, tmp_path, pki):
     import yaml
-    from helpers import TcpProxy
+    from tests.helpers import TcpProxy
 
     hub = start_hub(procs, tmp_path, pki)
     proxy = TcpProxy("127.0.0.1", int(kubesim.urls[0].rsplit(":", 1)[1]))

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import socket
 import ssl
-import sys
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
 from kubernetes import client, config
 
 from scaleagent.protocol import PROTOCOL_VERSION, pb, pb_grpc
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
+from tests.helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
 
 TOKEN = "s3cret-" + uuid.uuid4().hex
 LIMIT = 64 * 1024

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import CLI, start_kubesim
+from tests.helpers import CLI, start_kubesim
 
 
 def test_clusters_have_their_own_ports_and_cas(tmp_path):

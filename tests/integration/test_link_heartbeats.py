@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import agent_of, tls_hub
+from tests.helpers import agent_of, tls_hub
 
 HEARTBEAT = {"keepAliveHeartbeatSeconds": 1, "keepAliveTimeOutSeconds": 2}
 

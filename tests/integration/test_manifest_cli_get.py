@@ -10,16 +10,13 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import CLI, AgentProcess, HubProcess, make_hub_pki, read_until, stop_process, write_yaml
+from tests.helpers import CLI, AgentProcess, HubProcess, make_hub_pki, read_until, stop_process, write_yaml
 
 KINDS = ["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Service", "Job", "Namespace"]
 

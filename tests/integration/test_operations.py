@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -15,8 +14,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import CLI, AgentProcess, HubProcess, make_hub_pki, write_yaml
+from tests.helpers import CLI, AgentProcess, HubProcess, make_hub_pki, write_yaml
 
 WAIT_MS = 8000  # the hub's operationWaitMs: long enough for kubesim, short enough to test a timeout
 

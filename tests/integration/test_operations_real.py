@@ -14,7 +14,6 @@ Skipped unless SCALE_AGENT_E2E_KUBECONFIG names an admin kubeconfig of a real cl
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +21,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
+from tests.helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
 WAIT_MS = 10000  # the hub's operationWaitMs: the runJob below waits this long

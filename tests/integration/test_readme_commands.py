@@ -7,13 +7,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from helpers import free_port, read_until
+from tests.helpers import free_port, read_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

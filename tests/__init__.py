@@ -1,0 +1,1 @@
+"""Scale Agent's tests: docs/development.md says which kind goes where."""

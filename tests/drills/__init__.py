@@ -1,0 +1,1 @@
+"""drills tests: see docs/development.md, "Where tests go"."""

@@ -1,0 +1,1 @@
+"""e2e tests: see docs/development.md, "Where tests go"."""

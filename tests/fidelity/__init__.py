@@ -1,0 +1,1 @@
+"""fidelity tests: see docs/development.md, "Where tests go"."""

@@ -1,0 +1,1 @@
+"""integration tests: see docs/development.md, "Where tests go"."""

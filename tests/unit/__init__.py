@@ -1,0 +1,1 @@
+"""unit tests: see docs/development.md, "Where tests go"."""
