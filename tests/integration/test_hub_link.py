@@ -444,6 +444,7 @@ def test_an_agent_restarted_with_fewer_kinds_and_namespaces_leaves_no_phantoms(
 
 def test_an_account_state_change_reaches_the_hub_without_any_event(kubesim, namespace, procs, tmp_path, pki):
     import yaml
+
     from tests.helpers import TcpProxy
 
     hub = start_hub(procs, tmp_path, pki)
