@@ -116,10 +116,10 @@ async def test_the_budget_caps_concurrent_lists_overall_and_per_account():
             await gate.wait()
 
     tasks = [asyncio.create_task(list_for(f"a{i % 5}")) for i in range(20)]
-    while budget.running < 3:
-        await asyncio.sleep(0)
-    for _ in range(10):  # give every waiting task a chance to (wrongly) get in
-        await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        while budget.running < 3:
+            await asyncio.sleep(0)  # a poll of the condition, one loop turn at a time
+    await asyncio.wait(tasks, timeout=0.05)  # every waiting task has had time to (wrongly) get in
     assert budget.running == 3
     gate.set()
     await asyncio.gather(*tasks)
@@ -159,16 +159,17 @@ async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
     from scaleagent.kube.concurrency import all_or_first_error
     from scaleagent.kube.errors import ConnectionFailed
 
-    cancelled = asyncio.Event()
+    started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def slow() -> None:
+        started.set()
         try:
             await asyncio.Event().wait()
         finally:
             cancelled.set()
 
     async def broken() -> None:
-        await asyncio.sleep(0)
+        await started.wait()  # the sibling is under way when this one fails
         raise ConnectionFailed("cannot connect")
 
     with pytest.raises(ConnectionFailed):

@@ -534,16 +534,23 @@ def test_reached_compares_versions_as_numbers_and_deletions_by_absence():
     assert not c.reached("a", expect("ConfigMap", "opaque", "abd")), "non-numeric versions only match exactly"
 
 
+async def registered(c: Cache) -> None:
+    """Until a wait_for call has registered its waiters (bounded: a test must not hang)."""
+    async with asyncio.timeout(5):
+        while not c._waiters:
+            await asyncio.sleep(0)  # a poll of the condition, one loop turn at a time
+
+
 async def test_wait_for_returns_when_the_events_arrive():
     c = Cache()
     c.apply("a", [added("Deployment", "web", rv="5"), added("ConfigMap", "old", rv="6")])
     waiting = asyncio.create_task(
         c.wait_for("a", [expect("Deployment", "web", "8"), expect("ConfigMap", "old", deleted=True)], timeout=30)
     )
-    await asyncio.sleep(0)
+    await registered(c)
     c.apply("a", [modified("Deployment", "web", rv="7")])
-    await asyncio.sleep(0)
-    assert not waiting.done(), "version 7 is not yet the 8 the operation produced"
+    done, _ = await asyncio.wait({waiting}, timeout=0.05)
+    assert not done, "version 7 is not yet the 8 the operation produced"
     c.apply("a", [modified("Deployment", "web", rv="8"), deleted("ConfigMap", "old", rv="9")])
     assert await asyncio.wait_for(waiting, 5) == []
     assert c._waiters == {}, "waiters are forgotten once done"
@@ -553,7 +560,7 @@ async def test_wait_for_counts_an_object_changed_and_deleted_since_and_times_out
     c = Cache()
     c.apply("a", [added("ConfigMap", "brief", rv="1")])
     waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "brief", "3")], timeout=30))
-    await asyncio.sleep(0)
+    await registered(c)
     c.apply("a", [deleted("ConfigMap", "brief", rv="4")])
     assert await asyncio.wait_for(waiting, 5) == []
     missed = await c.wait_for("a", [expect("ConfigMap", "never", "2")], timeout=0.05)
@@ -564,11 +571,11 @@ async def test_wait_for_sees_a_snapshot_sweep_and_a_dropped_account():
     c = Cache()
     c.apply("a", [added("ConfigMap", "stale", rv="1"), added("ConfigMap", "kept", rv="1")])
     waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "stale", deleted=True)], timeout=30))
-    await asyncio.sleep(0)
+    await registered(c)
     c.apply("a", [begin("ConfigMap"), added("ConfigMap", "kept", rv="1"), end("ConfigMap")])
     assert await asyncio.wait_for(waiting, 5) == []
     waiting = asyncio.create_task(c.wait_for("a", [expect("ConfigMap", "kept", deleted=True)], timeout=30))
-    await asyncio.sleep(0)
+    await registered(c)
     c.drop_account("a")
     assert await asyncio.wait_for(waiting, 5) == []
 

@@ -14,7 +14,26 @@ from scaleagent.hub.tasks import BadOperations, TaskRunner, parse_operations
 from scaleagent.protocol import pb
 
 
-def registry_with(account: str = "prod") -> tuple[Registry, Session, list[pb.Operation]]:
+class Sent(list[pb.Operation]):
+    """The operations the router handed to the session, and a way to wait for the next ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._grew = asyncio.Event()
+
+    def append(self, op: pb.Operation) -> None:
+        super().append(op)
+        self._grew.set()
+
+    async def reach(self, n: int) -> None:
+        """Until `n` operations were sent (bounded: a test must not hang)."""
+        async with asyncio.timeout(5):
+            while len(self) < n:
+                self._grew.clear()
+                await self._grew.wait()
+
+
+def registry_with(account: str = "prod") -> tuple[Registry, Session, Sent]:
     registry = Registry(Cache(), grace_seconds=60, replica="r")
     session = registry.open(Session(agent_id="agent-1", zone_id="", agent_version="test", peer="test", replica="r"))
     registry.describe(
@@ -28,7 +47,7 @@ def registry_with(account: str = "prod") -> tuple[Registry, Session, list[pb.Ope
         kinds=["ConfigMap"],
         properties={},
     )
-    sent: list[pb.Operation] = []
+    sent = Sent()
     session.operate = sent.append
     return registry, session, sent
 
@@ -117,7 +136,7 @@ async def test_an_operation_goes_to_the_account_s_session_and_its_result_comes_b
     registry, session, sent = registry_with()
     router = OperationRouter(registry)
     running = asyncio.create_task(router.run("prod", "scaleManifest", {"replicas": 3}, timeout=30))
-    await asyncio.sleep(0)
+    await sent.reach(1)
     (op,) = sent
     assert (op.account, op.type, orjson.loads(op.request)) == ("prod", "scaleManifest", {"replicas": 3})
     assert op.deadline_unix_ms > 0
@@ -130,7 +149,7 @@ async def test_a_session_that_ends_fails_its_operations_at_once():
     registry, session, sent = registry_with()
     router = OperationRouter(registry)
     running = asyncio.create_task(router.run("prod", "deployManifest", {}, timeout=30))
-    await asyncio.sleep(0)
+    await sent.reach(1)
     registry.close(session)
     reply = await asyncio.wait_for(running, 5)
     assert not reply.ok and "disconnected before answering" in reply.error["message"]
@@ -146,7 +165,7 @@ async def test_unknown_accounts_agents_without_a_stream_and_malformed_results():
     assert reply.error["code"] == 503 and "no Operations stream" in reply.error["message"]
     session.operate = sent.append
     running = asyncio.create_task(router.run("prod", "deployManifest", {}, timeout=30))
-    await asyncio.sleep(0)
+    await sent.reach(1)
     router.result(session, pb.OperationResult(id=sent[-1].id, ok=True, objects=b"{not json"))
     reply = await asyncio.wait_for(running, 5)
     assert reply.error["code"] == 502 and "malformed result" in reply.error["message"]
@@ -164,10 +183,7 @@ async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did(
             ]
         )
     )
-    for _ in range(100):
-        if sent:
-            break
-        await asyncio.sleep(0)
+    await sent.reach(1)
     obj = {"kind": "ConfigMap", "metadata": {"name": "good", "namespace": "ns"}}
     router.result(
         session,
