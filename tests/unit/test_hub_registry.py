@@ -180,3 +180,39 @@ async def test_a_watching_account_keeps_only_the_kinds_and_namespaces_it_follows
     )
     assert cache.counts("prod") == {"ConfigMap": 1}
     assert cache.get("prod", "ConfigMap", "ns", "kept") is not None
+
+
+async def test_a_static_account_is_recorded_only_along_its_transitions(tmp_path, caplog):
+    import logging
+
+    from scaleagent.hub.states import AccountState
+    from scaleagent.hub.store import Store
+
+    store = await Store.open(f"sqlite:///{tmp_path / 'hub.db'}")
+    registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
+    await registry.start()
+    try:
+        session = registry.open(Session(agent_id="a", zone_id="", agent_version="t", peer="p", replica="r"))
+        registry.describe(
+            session,
+            "static",
+            api_host="https://k",
+            fingerprint="AA",
+            server_version="v1.30.0",
+            agent_state="watching",
+            reason="",
+            kinds=["ConfigMap"],
+            properties={},
+        )
+        await registry._writes.join()
+        assert (await store.get_account("static")).state == "ACTIVE"
+        record = registry.accounts["static"]
+        record.stored = AccountState.INACTIVE  # as if its agent had dropped it
+        with caplog.at_level(logging.ERROR, logger="scaleagent.hub.registry"):
+            registry._record(record, AccountState.ORPHANED)  # INACTIVE -> ORPHANED: no agent can cause it
+        await registry._writes.join()
+        assert (await store.get_account("static")).state == "ACTIVE", "an illegal move is not written"
+        assert "INACTIVE -> ORPHANED is not a move of a static account" in caplog.text
+    finally:
+        await registry.stop()
+        await store.close()

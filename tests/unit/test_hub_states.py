@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaleagent.hub.accounts.states import (
+from scaleagent.hub.states import (
     LASTING,
     TRANSIENT,
     TRANSITIONS,
@@ -92,3 +92,15 @@ def test_transient_states_always_lead_on():
     """A request in progress ends in a lasting state (or another step), whatever happens."""
     for state in TRANSIENT:
         assert any(to in LASTING for to in allowed_from(state)), state
+
+
+def test_a_static_account_moves_only_as_agents_can_make_it():
+    from scaleagent.hub.states import AGENT_TRANSITIONS, TRANSITIONS, AccountState
+
+    s = AccountState
+    # what agents cause is the lifecycle's own wording wherever the two meet
+    for pair in set(AGENT_TRANSITIONS) & set(TRANSITIONS):
+        assert AGENT_TRANSITIONS[pair] == TRANSITIONS[pair]
+    # no request moves a static account: none of the transient states is reachable
+    reached = {to for _, to in AGENT_TRANSITIONS} | {fr for fr, _ in AGENT_TRANSITIONS}
+    assert reached == {s.INACTIVE, s.ACTIVE, s.ORPHANED}

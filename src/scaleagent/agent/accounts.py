@@ -30,6 +30,7 @@ from ..kube.events import ObjectEvent
 from ..kube.operations import ClusterOperations
 from ..kube.reflector import META_LIST, META_ONE, Backoff, Reflector
 from ..kube.resources import ResourceMap
+from ..protocol.states import AgentAccountState
 from .budget import Budget
 from .config import ConfigError, dynamic_account
 from .retry_log import RetryReport
@@ -38,7 +39,13 @@ from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest, Sin
 
 log = logging.getLogger("scaleagent.agent.accounts")
 
-CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = "connecting", "syncing", "watching", "error", "stopped"
+CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = (
+    AgentAccountState.CONNECTING,
+    AgentAccountState.SYNCING,
+    AgentAccountState.WATCHING,
+    AgentAccountState.ERROR,
+    AgentAccountState.STOPPED,
+)
 # Discovery and access reviews are bursts of small requests; each request in flight at once is a
 # pooled TLS connection that outlives the burst. Two at a time keeps an account's pool small.
 REQUEST_PARALLELISM = 2
@@ -441,7 +448,7 @@ class AccountRunner:
             watch.state, watch.reason = state, reason
             if state == "backoff":
                 self.retries.retrying(watch.label, reason)
-            elif state == "watching":
+            elif state == WATCHING:
                 self.retries.recovered(watch.label)
             self._update_state()
 
@@ -465,7 +472,7 @@ class AccountRunner:
             ((cause, _),) = Counter(w.reason for w in failing).most_common(1)
             what = f"watch of {failing[0].label}" if len(failing) == 1 else "watches"
             self._set(ERROR, f"{what} keep{'s' if len(failing) == 1 else ''} failing: {cause}")
-        elif all(w.state == "watching" for w in self.watches.values()):
+        elif all(w.state == WATCHING for w in self.watches.values()):
             # Every watch established: until then the hub may hold objects the cluster has deleted.
             self._set(WATCHING, "")
         elif any(w.state == "backoff" for w in self.watches.values()):

@@ -10,12 +10,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ..protocol.states import AgentAccountState
 from .accounts import WATCHING, AccountManager
 from .budget import Budget
 from .executor import OperationExecutor
 from .link import HubLink
 
-STATES = ("connecting", "syncing", "watching", "error")
+STATES = tuple(s.value for s in AgentAccountState if s not in (AgentAccountState.STOPPED, AgentAccountState.REJECTED))
 
 
 class _Collector:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..numbers import INT32_MAX, INT64_MAX
+from ..states import AccountState
 from ..store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
 from .models import (
     SETTINGS,
@@ -56,7 +57,6 @@ from .models import (
     check_account_name,
 )
 from .service import SOURCE, AccountsService, Conflict, UnknownAccounts
-from .states import AccountState
 
 if TYPE_CHECKING:
     from ..config import DynamicAccountsConfig

@@ -39,11 +39,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...kube.reflector import Backoff
+from ...protocol.states import AgentAccountState as A
+from ..states import TRANSIENT, AccountState, TransitionError, check_transition
 from ..store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
 from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
 from .models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
 from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
-from .states import TRANSIENT, AccountState, TransitionError, check_transition
 
 if TYPE_CHECKING:
     from ..agents.registry import AccountRecord, Registry, Session
@@ -621,7 +622,7 @@ class AccountsService:
         handler ends by notifying `wait_for` waiters, whether or not it changed a row, and is
         run again while the database fails (`_handle`)."""
         if what == "described" and session is not None and record is not None:
-            if record.name in self.registry.managed and record.agent_state in ("watching", "error"):
+            if record.name in self.registry.managed and record.agent_state in (A.WATCHING, A.ERROR):
                 name, state, reason = record.name, record.agent_state, record.reason
                 cluster = (record.api_host, record.fingerprint)
                 self._handle(
@@ -631,7 +632,7 @@ class AccountsService:
         elif what == "rejected" and session is not None and record is not None:
             if record.name in self.registry.managed:
                 name, reason = record.name, session.rejected.get(record.name, "the hub refused it")
-                self._handle(lambda: self._on_described(session, name, "error", reason), f"account {name} rejected")
+                self._handle(lambda: self._on_described(session, name, A.ERROR, reason), f"account {name} rejected")
         elif what == "orphaned" and record is not None and record.name in self.registry.managed:
             name = record.name
             self._handle(lambda: self._on_orphaned(name), f"account {name} orphaned")
@@ -687,7 +688,7 @@ class AccountsService:
             row = await self.store.get_account(name)
             if row is None and name in self._deleted:
                 # Deleted while this agent was away: it still follows the account, and must stop.
-                if agent_state != "stopped":
+                if agent_state != A.STOPPED:
                     failures = await self._delete_on({name: [session]})
                     if failures:
                         log.warning(
@@ -700,7 +701,7 @@ class AccountsService:
             if row is None or row.source != SOURCE:
                 return
             sent = self._sent.get(name)
-            if agent_state == "watching":
+            if agent_state == A.WATCHING:
                 if sent is not None:
                     self._sent.pop(name, None)
                 if row.state in (S.ACTIVATING, S.ORPHANED, S.FAILED) and row.desired_state == S.ACTIVE:
@@ -722,7 +723,7 @@ class AccountsService:
                             failures[name],
                         )
                 return
-            # agent_state == "error"
+            # agent_state == A.ERROR
             if sent is None or session.id not in sent.sessions:
                 return
             sent.sessions.discard(session.id)
@@ -868,7 +869,7 @@ class AccountsService:
             watching = [
                 s
                 for s in self._live(self.registry.sessions.get(i) for i in (record.sessions if record else ()))
-                if record is not None and record.agent_state == "watching"
+                if record is not None and record.agent_state == A.WATCHING
             ]
             if row.state == S.ACTIVATING and watching and record is not None:
                 log.warning(
@@ -877,7 +878,7 @@ class AccountsService:
                     watching[0].agent_id,
                 )
                 await self._on_described(
-                    watching[0], row.name, "watching", "", cluster=(record.api_host, record.fingerprint)
+                    watching[0], row.name, A.WATCHING, "", cluster=(record.api_host, record.fingerprint)
                 )
             elif row.name not in self._sent or not self._sessions_following(row.name):
                 self._sent.pop(row.name, None)

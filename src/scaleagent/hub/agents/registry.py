@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import pb
+from ...protocol.states import AgentAccountState
 from ..cache.cache import Cache
+from ..states import AGENT_TRANSITIONS, AccountState, Presence
 from ..store import AccountNotFound, Store, StoreError
 
 log = logging.getLogger("scaleagent.hub.registry")
 
-ACTIVE, DISCONNECTED, ORPHANED = "ACTIVE", "DISCONNECTED", "ORPHANED"
-INACTIVE = "INACTIVE"  # the database's name for an account no agent is asked to follow
+# The registry's presence of an account; the lifecycle's words are AccountState's (hub/states.py).
+ACTIVE, DISCONNECTED, ORPHANED = Presence.ACTIVE, Presence.DISCONNECTED, Presence.ORPHANED
 
 
 @dataclass
@@ -88,7 +90,9 @@ class AccountRecord:
     zone_id: str = ""
     agent_id: str = ""
     sessions: set[str] = field(default_factory=set)
-    state: str = ACTIVE
+    state: Presence = ACTIVE
+    # The lifecycle state last written for a static account (None: not written by this hub yet).
+    stored: AccountState | None = None
     registered_at: float = field(default_factory=time.time)
     disconnected_at: float | None = None
     orphan_timer: asyncio.TimerHandle | None = None
@@ -133,7 +137,7 @@ class Registry:
         if self.store is None:
             return
         loop = asyncio.get_running_loop()
-        for row in await self.store.list_accounts(states=[ACTIVE]):
+        for row in await self.store.list_accounts(states=[AccountState.ACTIVE]):
             record = self.accounts[row.name] = AccountRecord(
                 row.name,
                 api_host=row.kube_host or "",
@@ -142,6 +146,7 @@ class Registry:
                 zone_id=row.zone_id or "",
                 agent_id=row.agent_id or "",
                 state=DISCONNECTED,
+                stored=AccountState.ACTIVE,
                 disconnected_at=time.time(),
             )
             record.orphan_timer = loop.call_later(self.grace_seconds, self._orphan, record)
@@ -180,7 +185,9 @@ class Registry:
             finally:
                 self._writes.task_done()
 
-    def _record(self, record: AccountRecord, state: str) -> None:
+    def _record(self, record: AccountRecord, state: AccountState) -> None:
+        """Write what agents say of the account; for a static account also its lifecycle state,
+        which moves only as AGENT_TRANSITIONS allows (a dynamic one's is the accounts service's)."""
         if self.store is None:
             return
         fields: dict[str, Any] = {
@@ -189,6 +196,13 @@ class Registry:
             "agent_id": record.agent_id,
         }
         if record.name not in self.managed:
+            before = record.stored
+            if before is not None and before != state and (before, state) not in AGENT_TRANSITIONS:
+                log.error(
+                    "account %s: %s -> %s is not a move of a static account; not recorded", record.name, before, state
+                )
+                return
+            record.stored = state
             fields |= {"state": state, "zone_id": record.zone_id or None, "properties": record.properties}
         self._writes.put_nowait((record.name, fields, record.name in self.managed))
 
@@ -251,10 +265,14 @@ class Registry:
                 session.accounts.discard(name)
                 record.sessions.discard(session.id)
                 self._notify(
-                    "rejected",
+                    AgentAccountState.REJECTED,
                     session,
                     AccountRecord(
-                        name, reason=why, agent_state="rejected", zone_id=session.zone_id, agent_id=session.agent_id
+                        name,
+                        reason=why,
+                        agent_state=AgentAccountState.REJECTED,
+                        zone_id=session.zone_id,
+                        agent_id=session.agent_id,
                     ),
                 )
                 return why
@@ -283,11 +301,11 @@ class Registry:
             record.agent_id,
             record.properties,
         ):
-            self._record(record, ACTIVE)
+            self._record(record, AccountState.ACTIVE)
             if before[:2] != (record.api_host, record.fingerprint):
                 self._unblock(name)  # refused for the old identity; maybe not for the new one
         self._notify("described", session, record)
-        if agent_state == "watching":
+        if agent_state == AgentAccountState.WATCHING:
             gone = self.cache.retain(
                 name, kinds, properties.get("namespaces") or (), properties.get("omitNamespaces") or ()
             )
@@ -342,7 +360,7 @@ class Registry:
         )
         record.state = ORPHANED
         self.cache.drop_account(record.name)
-        self._record(record, ORPHANED)
+        self._record(record, AccountState.ORPHANED)
         self._notify("orphaned", None, record)
         self._unblock(record.name)
 
@@ -351,7 +369,7 @@ class Registry:
             record.orphan_timer.cancel()
         del self.accounts[record.name]
         self.cache.drop_account(record.name)
-        self._record(record, INACTIVE)  # no agent follows it any more; the row keeps its history
+        self._record(record, AccountState.INACTIVE)  # no agent follows it any more; the row keeps its history
         self._unblock(record.name)
 
     def _unblock(self, name: str) -> None:

@@ -38,8 +38,8 @@ from pydantic import BaseModel, Field
 
 from ..accounts.models import InvalidRequest
 from ..accounts.service import Conflict, UnknownAccounts
-from ..accounts.states import TransitionError
 from ..numbers import MAX_DIGITS, describe_range, shown
+from ..states import TransitionError
 from ..store import StoreError
 
 __all__ = [

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from ...kube.errors import SelectorError
 from ...kube.selectors import parse_label_selector
+from ...protocol.states import AgentAccountState
 from ..cache.cache import SubscriptionOverflow
 from ..cache.manifests import manifest_view
 from .common import HubRoute
@@ -74,7 +75,7 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         """Why `kind` names nothing the account follows ("" if it names something, or if the account
         has not said yet what it follows: an account still connecting is not judged)."""
         followed = list(r.kinds) + list(cache.counts(r.name))
-        if not followed and r.agent_state in ("", "connecting"):
+        if not followed and r.agent_state in ("", AgentAccountState.CONNECTING):
             return ""
         wanted = kind.lower()
         if any(wanted in (k.lower(), k.partition(".")[0].lower()) for k in followed):

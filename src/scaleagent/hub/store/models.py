@@ -16,6 +16,8 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from ..states import AccountState
+
 __all__ = [
     "ACCOUNTS_TABLE",
     "CREDENTIALS_TABLE",
@@ -41,16 +43,7 @@ VERSION_TABLE = "scaleagent_alembic_version"
 """Alembic's bookkeeping table. Not Alembic's default `alembic_version`: the hub may share a
 database (Clouddriver's, say) with another Alembic user, whose revisions must not mix with ours."""
 
-STATES = (
-    "INACTIVE",
-    "ACTIVE",
-    "FAILED",
-    "ORPHANED",
-    "TO_MIGRATE",
-    "ACTIVATING",
-    "TO_DEACTIVATE",
-    "DEACTIVATING",
-)
+STATES = tuple(state.value for state in AccountState)
 """An account's lifecycle states, as the seeds name them. The first four last; the others are
 transient steps of a migration or deactivation. The store checks states on write only, so a
 replica reading a state added by a newer version still works."""

@@ -1,4 +1,17 @@
-"""The lifecycle of a dynamic account, and every transition it may take, in one place.
+"""An account's state in the hub's two vocabularies, side by side, and every lifecycle transition
+in one place.
+
+- `AccountState`, the **lifecycle** (the seeds' eight states): stored in `kubesvc_accounts.state`
+  and shown as `state` by `/armory/accounts` and `/credentials`. The accounts service moves
+  dynamic accounts through it; the registry moves static ones (those an agent's own file names)
+  through the same table, restricted to what agents can cause (`AGENT_TRANSITIONS`).
+- `Presence`: whether an agent serves the account on this hub now, the registry's view, shown as
+  `state` by `/api/v1/accounts`. It is never stored. An account can be ACTIVE in its lifecycle
+  and DISCONNECTED in presence (its agent is gone, within the grace period); ORPHANED in both
+  means the same thing: no agent came back within the grace period.
+
+What an agent says of an account (`agentState`: watching, syncing, error...) is the third word,
+shared with the agent: `scaleagent.protocol.states.AgentAccountState`.
 
 The seeds name eight states. Four last (INACTIVE, ACTIVE, FAILED, ORPHANED); four are steps of
 a migration or a deactivation in progress (TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING).
@@ -20,6 +33,8 @@ from enum import StrEnum
 
 __all__ = [
     "ACTIVATION_STATES",
+    "AGENT_TRANSITIONS",
+    "Presence",
     "DEACTIVATION_STATES",
     "LASTING",
     "TRANSIENT",
@@ -54,6 +69,18 @@ class AccountState(StrEnum):
 
 
 S = AccountState
+
+
+class Presence(StrEnum):
+    """Whether an agent serves an account on this hub now (never stored)."""
+
+    ACTIVE = "ACTIVE"
+    """An agent connected to this hub serves it."""
+    DISCONNECTED = "DISCONNECTED"
+    """Every agent serving it went away; still served from the cache during the grace period."""
+    ORPHANED = "ORPHANED"
+    """No agent came back within the grace period; its objects left the cache."""
+
 
 LASTING = frozenset({S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED})
 """States an account stays in until something happens to it."""
@@ -91,6 +118,16 @@ TRANSITIONS: dict[tuple[AccountState, AccountState], str] = {
     (S.DEACTIVATING, S.FAILED): "an agent did not stop following it",
 }
 """Every allowed (from, to) pair, with what causes it. Nothing else is allowed."""
+
+AGENT_TRANSITIONS: dict[tuple[AccountState, AccountState], str] = {
+    (S.INACTIVE, S.ACTIVE): "an agent's own file names it again",
+    (S.ACTIVE, S.ORPHANED): TRANSITIONS[(S.ACTIVE, S.ORPHANED)],
+    (S.ORPHANED, S.ACTIVE): TRANSITIONS[(S.ORPHANED, S.ACTIVE)],
+    (S.ACTIVE, S.INACTIVE): "its agent stopped following it (its file no longer names it)",
+    (S.ORPHANED, S.INACTIVE): "its agent stopped following it (its file no longer names it)",
+}
+"""The moves of a static account (one an agent's own file names, not the REST API): only what
+agents cause. No request ever moves it, so none of the transient states is reached."""
 
 _WHY_NOT: dict[tuple[AccountState, AccountState], str] = {
     (S.TO_MIGRATE, S.TO_MIGRATE): "a migration is already in progress; wait until it is ACTIVE or FAILED",
