@@ -8,7 +8,18 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from ..kube.printing import human_duration, parse_time, pod_ready, service_ports, since
+from ..kube.printing import (
+    job_completions,
+    job_duration,
+    job_status,
+    pod_ready,
+    pod_restarts,
+    pod_status,
+    readiness_gates,
+    service_external_ip,
+    service_ports,
+    since,
+)
 from .kinds import meta, object_name
 
 __all__ = ["Cell", "TablePrinter", "dump", "dump_one", "list_document", "table_columns"]
@@ -31,110 +42,6 @@ def _int(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError):
         return 0
-
-
-def _pod_status(o: dict[str, Any]) -> str:
-    """kubectl's Pod STATUS: the most telling container state, not just the phase."""
-    status = _status(o)
-    reason = status.get("reason") or status.get("phase") or "Pending"
-    init = status.get("initContainerStatuses") or []
-    for i, c in enumerate(init):
-        state = c.get("state") or {}
-        term, wait = state.get("terminated"), state.get("waiting")
-        if term and term.get("exitCode") == 0:
-            continue
-        if term:
-            reason = "Init:" + (
-                term.get("reason")
-                or (f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}")
-            )
-        elif wait and wait.get("reason") and wait["reason"] != "PodInitializing":
-            reason = "Init:" + wait["reason"]
-        else:
-            reason = f"Init:{i}/{len(_spec(o).get('initContainers') or init)}"
-        break
-    else:
-        running = False
-        for c in reversed(status.get("containerStatuses") or []):
-            state = c.get("state") or {}
-            if (state.get("waiting") or {}).get("reason"):
-                reason = state["waiting"]["reason"]
-            elif state.get("terminated"):
-                term = state["terminated"]
-                reason = term.get("reason") or (
-                    f"Signal:{term['signal']}" if term.get("signal") else f"ExitCode:{term.get('exitCode')}"
-                )
-            elif "running" in state and c.get("ready"):
-                running = True
-        if reason == "Completed" and running:
-            reason = "Running"
-    if meta(o).get("deletionTimestamp"):
-        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
-    return str(reason)
-
-
-def _pod_restarts(o: dict[str, Any], now: datetime) -> str:
-    restarts, last = 0, None
-    for c in _status(o).get("containerStatuses") or []:
-        restarts += _int(c.get("restartCount"))
-        finished = parse_time(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
-        if finished and (last is None or finished > last):
-            last = finished
-    return f"{restarts} ({human_duration((now - last).total_seconds())} ago)" if restarts and last else str(restarts)
-
-
-def _readiness_gates(o: dict[str, Any]) -> str:
-    gates = {g.get("conditionType") for g in _spec(o).get("readinessGates") or []}
-    if not gates:
-        return "<none>"
-    met = sum(1 for c in _status(o).get("conditions") or [] if c.get("type") in gates and c.get("status") == "True")
-    return f"{met}/{len(gates)}"
-
-
-def _service_external_ip(o: dict[str, Any]) -> str:
-    spec = _spec(o)
-    kind = spec.get("type") or "ClusterIP"
-    external = list(spec.get("externalIPs") or [])
-    if kind == "ExternalName":
-        return spec.get("externalName") or "<none>"
-    if kind == "LoadBalancer":
-        balancer = _status(o).get("loadBalancer") or {}
-        ingress = [i.get("ip") or i.get("hostname") for i in balancer.get("ingress") or []]
-        found = [x for x in ingress if x] + external
-        return ",".join(found) if found else "<pending>"
-    return ",".join(external) if external else "<none>"
-
-
-def _job_status(o: dict[str, Any]) -> str:
-    """kubectl's Job STATUS (1.30+): the final condition first, then transitional ones."""
-    conditions = {c.get("type"): c.get("status") for c in _status(o).get("conditions") or []}
-    for kind in ("Complete", "Failed"):
-        if conditions.get(kind) == "True":
-            return kind
-    if meta(o).get("deletionTimestamp"):
-        return "Terminating"
-    for kind in ("FailureTarget", "SuccessCriteriaMet", "Suspended"):
-        if conditions.get(kind) == "True":
-            return kind
-    return "Running"
-
-
-def _job_completions(o: dict[str, Any]) -> str:
-    spec, succeeded = _spec(o), _int(_status(o).get("succeeded"))
-    if spec.get("completions") is not None:
-        return f"{succeeded}/{spec['completions']}"
-    parallelism = spec.get("parallelism")
-    if parallelism is not None and _int(parallelism) > 1:
-        return f"{succeeded}/1 of {parallelism}"
-    return f"{succeeded}/1"
-
-
-def _job_duration(o: dict[str, Any], now: datetime) -> str:
-    start = parse_time(_status(o).get("startTime"))
-    if start is None:
-        return ""
-    end = parse_time(_status(o).get("completionTime")) or now
-    return human_duration((end - start).total_seconds())
 
 
 def _selector_text(selector: Any) -> str:
@@ -237,23 +144,23 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
         [
             _NAME,
             ("READY", lambda o, now: pod_ready(o)),
-            ("STATUS", lambda o, now: _pod_status(o)),
-            ("RESTARTS", _pod_restarts),
+            ("STATUS", lambda o, now: pod_status(o)),
+            ("RESTARTS", pod_restarts),
             _AGE,
         ],
         [
             ("IP", lambda o, now: _status(o).get("podIP") or "<none>"),
             ("NODE", lambda o, now: _spec(o).get("nodeName") or "<none>"),
             ("NOMINATED NODE", lambda o, now: _status(o).get("nominatedNodeName") or "<none>"),
-            ("READINESS GATES", lambda o, now: _readiness_gates(o)),
+            ("READINESS GATES", lambda o, now: readiness_gates(o)),
         ],
     ),
     ("batch", "Job"): (
         [
             _NAME,
-            ("STATUS", lambda o, now: _job_status(o)),
-            ("COMPLETIONS", lambda o, now: _job_completions(o)),
-            ("DURATION", _job_duration),
+            ("STATUS", lambda o, now: job_status(o)),
+            ("COMPLETIONS", lambda o, now: job_completions(o)),
+            ("DURATION", job_duration),
             _AGE,
         ],
         [
@@ -267,7 +174,7 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
             _NAME,
             ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
             ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
-            ("EXTERNAL-IP", lambda o, now: _service_external_ip(o)),
+            ("EXTERNAL-IP", lambda o, now: service_external_ip(o)),
             ("PORT(S)", lambda o, now: service_ports(o)),
             _AGE,
         ],

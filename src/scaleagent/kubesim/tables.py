@@ -6,10 +6,19 @@ kinds people look at most; every other kind gets Name and Age, as custom resourc
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from ..kube.printing import pod_ready, service_ports, since
+from ..kube.printing import (
+    job_completions,
+    job_status,
+    pod_ready,
+    pod_restarts,
+    pod_status,
+    service_external_ip,
+    service_ports,
+    since,
+)
 from . import events
 
 # name, type, description, value, and optionally the priority (1: shown by `kubectl get -o wide` only)
@@ -35,10 +44,6 @@ def _status(o: dict[str, Any]) -> dict[str, Any]:
 
 def _spec(o: dict[str, Any]) -> dict[str, Any]:
     return o.get("spec") or {}
-
-
-def _restarts(o: dict[str, Any]) -> int:
-    return sum(int(c.get("restartCount", 0)) for c in _status(o).get("containerStatuses") or [])
 
 
 def _event_first(o: dict[str, Any]) -> str:
@@ -73,21 +78,6 @@ def _event_source(o: dict[str, Any]) -> str:
     return f"{component}, {instance}" if instance else component
 
 
-def _pod_status(o: dict[str, Any]) -> str:
-    """printPod's STATUS: the pod's reason or phase, overridden by a container's waiting or
-    terminated reason (a finished Job pod reads Completed), and Terminating once deleted."""
-    if o["metadata"].get("deletionTimestamp"):
-        return "Terminating"
-    status = _status(o)
-    reason = status.get("reason") or status.get("phase") or "Pending"
-    for c in status.get("containerStatuses") or []:
-        state = c.get("state") or {}
-        why = (state.get("waiting") or {}).get("reason") or (state.get("terminated") or {}).get("reason")
-        if why:
-            reason = why
-    return reason
-
-
 def _component_condition(o: dict[str, Any], field: str) -> str:
     healthy: dict[str, Any] = next((c for c in o.get("conditions") or [] if c.get("type") == "Healthy"), {})
     if field == "status":
@@ -112,8 +102,13 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("", "Pod"): [
         NAME,
         ("Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", pod_ready),
-        ("Status", "string", "The aggregate status of the containers in this pod.", _pod_status),
-        ("Restarts", "string", "The number of times the containers in this pod have been restarted.", _restarts),
+        ("Status", "string", "The aggregate status of the containers in this pod.", pod_status),
+        (
+            "Restarts",
+            "string",
+            "The number of times the containers in this pod have been restarted.",
+            lambda o: pod_restarts(o, datetime.now(UTC)),
+        ),
         AGE,
     ],
     ("", "ConfigMap"): [
@@ -197,7 +192,7 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
         NAME,
         ("Type", "string", "The type of the service", lambda o: _spec(o).get("type", "ClusterIP")),
         ("Cluster-IP", "string", "The cluster IP of the service", lambda o: _spec(o).get("clusterIP", "<none>")),
-        ("External-IP", "string", "The external IP of the service", lambda o: "<none>"),
+        ("External-IP", "string", "The external IP of the service", service_external_ip),
         ("Port(s)", "string", "The ports of the service", service_ports),
         AGE,
     ],
@@ -232,13 +227,8 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ],
     ("batch", "Job"): [
         NAME,
-        ("Status", "string", "Status of the job.", lambda o: "Complete" if _status(o).get("succeeded") else "Running"),
-        (
-            "Completions",
-            "string",
-            "The completion status of the job.",
-            lambda o: f"{_status(o).get('succeeded', 0)}/{_spec(o).get('completions', 1)}",
-        ),
+        ("Status", "string", "Status of the job.", job_status),
+        ("Completions", "string", "The completion status of the job.", job_completions),
         AGE,
     ],
 }
