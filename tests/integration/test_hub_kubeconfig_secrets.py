@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client, config
 
-from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
+from scaleagent.hub.accounts.errors import KubeconfigRefError
+from scaleagent.hub.accounts.kubeconfig_refs import KubeconfigResolver
 
 
 @pytest.fixture

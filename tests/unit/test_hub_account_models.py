@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from scaleagent.agent import config as agent_config
-from scaleagent.hub.accounts.models import (
-    ACCOUNT_NAME,
-    AccountChange,
-    AccountIn,
-    InvalidRequest,
-    parse_accounts,
-    parse_names,
-)
+from scaleagent.hub.accounts.errors import InvalidRequest
+from scaleagent.hub.accounts.models import ACCOUNT_NAME, AccountChange, AccountIn, parse_accounts, parse_names
 
 
 def test_the_account_name_rule_is_the_agents():

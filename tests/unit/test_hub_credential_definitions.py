@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scaleagent.hub.accounts.credentials import parse_definition, summary_view
-from scaleagent.hub.accounts.models import InvalidRequest
+from scaleagent.hub.accounts.errors import InvalidRequest
 from scaleagent.hub.config import ConfigError, load_hub_config
 from scaleagent.hub.store import CredentialsRow
 

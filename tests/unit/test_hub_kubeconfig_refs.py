@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from scaleagent.hub.accounts.errors import KubeconfigRefError
 from scaleagent.hub.accounts.kubeconfig_refs import (
     FileRef,
-    KubeconfigRefError,
     KubeconfigResolver,
     SecretRef,
     check_kubeconfig,

@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scaleagent.hub.accounts.secrets_box import (
-    DecryptionError,
-    EncryptionKeyError,
-    SecretBox,
-    generate_key,
-    key_file_for,
-    parse_keys,
-)
+from scaleagent.hub.accounts.errors import DecryptionError, EncryptionKeyError
+from scaleagent.hub.accounts.secrets_box import SecretBox, generate_key, key_file_for, parse_keys
 from scaleagent.hub.config import ConfigError, load_hub_config
 
 KUBECONFIG = b"apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user: {token: s3cr3t-t0ken}\n"

@@ -44,7 +44,8 @@ from ..configfile import (
     secret_text,
     to_path,
 )
-from .accounts.secrets_box import EncryptionKeyError, parse_keys
+from .accounts.errors import EncryptionKeyError
+from .accounts.secrets_box import parse_keys
 from .store.urls import check_database_url, redact_url
 
 __all__ = [

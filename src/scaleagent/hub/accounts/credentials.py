@@ -47,16 +47,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..numbers import INT32_MAX, INT64_MAX
 from ..states import AccountState
 from ..store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
+from .errors import Conflict, InvalidRequest, UnknownAccounts
 from .models import (
     SETTINGS,
     AccountChange,
     AccountIn,
-    InvalidRequest,
     _json_kind,  # the API's own wording of JSON values, so that both APIs read the same
     _problem,
     check_account_name,
 )
-from .service import SOURCE, AccountsService, Conflict, UnknownAccounts
+from .service import SOURCE, AccountsService
 
 if TYPE_CHECKING:
     from ..config import DynamicAccountsConfig

@@ -31,11 +31,11 @@ import yaml
 from ...kube.client import KubeClient
 from ...kube.credentials import SERVICE_ACCOUNT_DIR, SERVICE_ACCOUNT_DIR_ENV, load_credentials
 from ...kube.errors import APIError, ConnectionFailed, CredentialsError
+from .errors import KubeconfigRefError
 
 __all__ = [
     "MAX_KUBECONFIG_BYTES",
     "FileRef",
-    "KubeconfigRefError",
     "KubeconfigResolver",
     "SecretRef",
     "check_kubeconfig",
@@ -50,11 +50,6 @@ _PARAMS = {"n": "name", "k": "key", "ns": "namespace"}
 _DNS_LABEL_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 log = logging.getLogger("scaleagent.hub.kubeconfig")
-
-
-class KubeconfigRefError(Exception):
-    """A reference that is malformed or cannot be resolved. The message names the reference and
-    the problem, never the kubeconfig's content."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..store import AccountRow
-from .kubeconfig_refs import KubeconfigRefError, parse_reference
+from .errors import InvalidRequest, KubeconfigRefError
+from .kubeconfig_refs import parse_reference
 
 __all__ = [
     "ACCOUNT_NAME",
@@ -35,7 +36,6 @@ __all__ = [
     "AccountChange",
     "AccountIn",
     "AccountView",
-    "InvalidRequest",
     "account_view",
     "check_account_name",
     "check_settings",
@@ -69,15 +69,6 @@ _KIND = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _GROUP = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 _MAX_ZONE = 253
-
-
-class InvalidRequest(Exception):
-    """A request body or parameter that is not acceptable (a 400). `problems` holds one line per
-    problem; `str()` joins them."""
-
-    def __init__(self, problems: str | list[str]) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("; ".join(self.problems))
 
 
 def check_account_name(name: str) -> str:

@@ -35,10 +35,10 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from .errors import DecryptionError, EncryptionKeyError
+
 __all__ = [
     "KEY_FILE_SUFFIX",
-    "DecryptionError",
-    "EncryptionKeyError",
     "SecretBox",
     "generate_key",
     "key_file_for",
@@ -49,16 +49,6 @@ KEY_FILE_SUFFIX = ".key"
 """The generated key file is the SQLite database's path plus this: `scale-agent-hub.db.key`."""
 
 log = logging.getLogger("scaleagent.hub.secrets")
-
-
-class EncryptionKeyError(Exception):
-    """No usable encryption key: the message says which setting or file and what to do. It
-    never contains the key."""
-
-
-class DecryptionError(Exception):
-    """A stored value cannot be decrypted with the configured key (it was encrypted with another
-    key, or the stored bytes were altered). The message never contains the value or the key."""
 
 
 def generate_key() -> str:

@@ -42,15 +42,16 @@ from ...kube.reflector import Backoff
 from ...protocol.states import AgentAccountState as A
 from ..states import TRANSIENT, AccountState, TransitionError, check_transition
 from ..store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
-from .kubeconfig_refs import KubeconfigRefError, KubeconfigResolver
-from .models import SETTINGS, AccountChange, AccountIn, InvalidRequest, check_account_name, check_settings
-from .secrets_box import DecryptionError, EncryptionKeyError, SecretBox
+from .errors import Conflict, DecryptionError, EncryptionKeyError, InvalidRequest, KubeconfigRefError, UnknownAccounts
+from .kubeconfig_refs import KubeconfigResolver
+from .models import SETTINGS, AccountChange, AccountIn, check_account_name, check_settings
+from .secrets_box import SecretBox
 
 if TYPE_CHECKING:
     from ..agents.registry import AccountRecord, Registry, Session
     from ..config import DynamicAccountsConfig, HubConfig
 
-__all__ = ["AccountsService", "Conflict", "Dispatcher", "UnknownAccounts"]
+__all__ = ["AccountsService", "Dispatcher"]
 
 S = AccountState
 SOURCE = "api"
@@ -69,32 +70,6 @@ class Dispatcher(Protocol):
     async def add(self, session: Session, accounts: list[Any], timeout: float = ...) -> dict[str, tuple[bool, str]]: ...
 
     async def delete(self, session: Session, names: list[str], timeout: float = ...) -> dict[str, tuple[bool, str]]: ...
-
-
-class UnknownAccounts(Exception):
-    """Names that are not dynamic accounts (a 404). Accounts of an agent's own configuration
-    are named as such: they exist, but this API does not manage them."""
-
-    def __init__(self, missing: Collection[str], configured: Collection[str] = ()) -> None:
-        parts = []
-        if missing:
-            parts.append(f"no account named {', '.join(map(repr, missing))}")
-        if configured:
-            parts.append(
-                f"{', '.join(map(repr, configured))} {'is' if len(configured) == 1 else 'are'} configured in "
-                "an agent's own file, not a dynamic account: change it there"
-            )
-        super().__init__("; ".join(parts))
-        self.names = [*missing, *configured]
-
-
-class Conflict(Exception):
-    """A request that contradicts the accounts' current state (a 409): an existing name, an
-    illegal state change. `transitions` holds the TransitionErrors, if that is why."""
-
-    def __init__(self, message: str, transitions: Collection[TransitionError] = ()) -> None:
-        super().__init__(message)
-        self.transitions = list(transitions)
 
 
 @dataclass

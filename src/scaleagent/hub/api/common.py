@@ -36,8 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from ..accounts.models import InvalidRequest
-from ..accounts.service import Conflict, UnknownAccounts
+from ..accounts.errors import Conflict, InvalidRequest, UnknownAccounts
 from ..numbers import MAX_DIGITS, describe_range, shown
 from ..states import TransitionError
 from ..store import StoreError

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view, summary_view
-from ..accounts.models import InvalidRequest
+from ..accounts.errors import InvalidRequest
 from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 
 __all__ = ["credentials_router"]

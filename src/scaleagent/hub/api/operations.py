@@ -20,7 +20,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ..accounts.models import InvalidRequest
+from ..accounts.errors import InvalidRequest
 from ..agents.routing import OperationReply, OperationRouter
 from ..cache.cache import Cache, version_at_least
 from ..tasks import PHASES, BadOperations, TaskRunner, parse_operations
