@@ -537,7 +537,14 @@ def test_env_value_errors_name_the_variable():
 
 
 def test_project_tooling_variables_are_not_config():
-    cfg = parse("", {"SCALE_AGENT_E2E_KUBECONFIG": "/k", "SCALE_AGENT_EXTRA_KUBECTLS": "/bin/kubectl"})
+    cfg = parse(
+        "",
+        {
+            "SCALE_AGENT_E2E_KUBECONFIG": "/k",
+            "SCALE_AGENT_EXTRA_KUBECTLS": "/bin/kubectl",
+            "SCALE_AGENT_HUB": "http://127.0.0.1:7002",  # the CLI's hub address, set in the same shell
+        },
+    )
     assert cfg == AgentConfig()
 
 

@@ -208,10 +208,13 @@ async def test_a_static_account_is_recorded_only_along_its_transitions(tmp_path,
         assert (await store.get_account("static")).state == "ACTIVE"
         record = registry.accounts["static"]
         record.stored = AccountState.INACTIVE  # as if its agent had dropped it
+        record.api_host = "https://moved"
         with caplog.at_level(logging.ERROR, logger="scaleagent.hub.registry"):
             registry._record(record, AccountState.ORPHANED)  # INACTIVE -> ORPHANED: no agent can cause it
         await registry._writes.join()
-        assert (await store.get_account("static")).state == "ACTIVE", "an illegal move is not written"
+        row = await store.get_account("static")
+        assert row.state == "ACTIVE", "an illegal move is not written"
+        assert row.kube_host == "https://moved", "what agents say of the account still is"
         assert "INACTIVE -> ORPHANED is not a move of a static account" in caplog.text
     finally:
         await registry.stop()

@@ -81,8 +81,10 @@ __all__ = [
 ENV_PREFIX = "SCALE_AGENT_"
 """Environment variables starting with this override configuration values (see `parse_config`)."""
 
-NON_CONFIG_ENV_VARS = frozenset({"SCALE_AGENT_EXTRA_KUBECTLS", SERVICE_ACCOUNT_DIR_ENV})
-"""`SCALE_AGENT_*` variables that belong to the project's tooling, not to the configuration."""
+NON_CONFIG_ENV_VARS = frozenset({"SCALE_AGENT_EXTRA_KUBECTLS", "SCALE_AGENT_HUB", SERVICE_ACCOUNT_DIR_ENV})
+"""`SCALE_AGENT_*` variables that belong to the project's tooling, not to the configuration:
+SCALE_AGENT_HUB is the CLI's hub address (docs/cli.md), set once in a shell that may also run
+an agent."""
 
 NON_CONFIG_ENV_PREFIXES = ("SCALE_AGENT_E2E_", "SCALE_AGENT_HUB_")
 """Prefixes of `SCALE_AGENT_*` variables that are not the agent's settings: the e2e tests' and the

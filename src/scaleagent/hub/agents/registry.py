@@ -197,13 +197,17 @@ class Registry:
         }
         if record.name not in self.managed:
             before = record.stored
+            fields |= {"zone_id": record.zone_id or None, "properties": record.properties}
             if before is not None and before != state and (before, state) not in AGENT_TRANSITIONS:
                 log.error(
-                    "account %s: %s -> %s is not a move of a static account; not recorded", record.name, before, state
+                    "account %s: %s -> %s is not a move of a static account; its state is not recorded",
+                    record.name,
+                    before,
+                    state,
                 )
-                return
-            record.stored = state
-            fields |= {"state": state, "zone_id": record.zone_id or None, "properties": record.properties}
+            else:
+                record.stored = state
+                fields["state"] = state
         self._writes.put_nowait((record.name, fields, record.name in self.managed))
 
     def open(self, session: Session) -> Session:
