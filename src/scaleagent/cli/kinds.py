@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..kube.printing import meta_of
 from .errors import CliError
 
 __all__ = [
@@ -24,9 +25,8 @@ __all__ = [
 ]
 
 
-def meta(obj: dict[str, Any]) -> dict[str, Any]:
-    """An object's metadata, empty when it has none."""
-    return obj.get("metadata") or {}
+meta = meta_of
+"""An object's metadata, empty when it has none (kube/printing.py's)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ..kube.printing import (
+    as_int,
     job_completions,
     job_duration,
     job_status,
@@ -16,32 +17,20 @@ from ..kube.printing import (
     pod_restarts,
     pod_status,
     readiness_gates,
+    ready_replicas,
     service_external_ip,
     service_ports,
     since,
+    spec_of,
+    status_of,
 )
 from .kinds import meta, object_name
 
 __all__ = ["Cell", "TablePrinter", "dump", "dump_one", "list_document", "table_columns"]
 
 
-def _spec(o: dict[str, Any]) -> dict[str, Any]:
-    return o.get("spec") or {}
-
-
-def _status(o: dict[str, Any]) -> dict[str, Any]:
-    return o.get("status") or {}
-
-
 def _age(o: dict[str, Any], now: datetime) -> str:
     return since(meta(o).get("creationTimestamp"), now)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _selector_text(selector: Any) -> str:
@@ -63,7 +52,7 @@ def _selector_text(selector: Any) -> str:
 
 
 def _containers(o: dict[str, Any]) -> list[dict[str, Any]]:
-    template = _spec(o).get("template") or {}
+    template = spec_of(o).get("template") or {}
     return (template.get("spec") or {}).get("containers") or []
 
 
@@ -83,7 +72,7 @@ _AGE: tuple[str, Cell] = ("AGE", _age)
 _WORKLOAD_WIDE: list[tuple[str, Cell]] = [
     ("CONTAINERS", lambda o, now: _containers_col(o)),
     ("IMAGES", lambda o, now: _images_col(o)),
-    ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
+    ("SELECTOR", lambda o, now: _selector_text(spec_of(o).get("selector"))),
 ]
 
 # (group, Kind) -> (columns, extra columns of -o wide), as kubectl's printers (pkg/printers/internalversion).
@@ -91,9 +80,12 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
     ("apps", "Deployment"): (
         [
             _NAME,
-            ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
-            ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedReplicas")))),
-            ("AVAILABLE", lambda o, now: str(_int(_status(o).get("availableReplicas")))),
+            (
+                "READY",
+                lambda o, now: ready_replicas(o),
+            ),
+            ("UP-TO-DATE", lambda o, now: str(as_int(status_of(o).get("updatedReplicas")))),
+            ("AVAILABLE", lambda o, now: str(as_int(status_of(o).get("availableReplicas")))),
             _AGE,
         ],
         _WORKLOAD_WIDE,
@@ -101,9 +93,9 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
     ("apps", "ReplicaSet"): (
         [
             _NAME,
-            ("DESIRED", lambda o, now: str(_int(_spec(o).get("replicas", 1)))),
-            ("CURRENT", lambda o, now: str(_int(_status(o).get("replicas")))),
-            ("READY", lambda o, now: str(_int(_status(o).get("readyReplicas")))),
+            ("DESIRED", lambda o, now: str(as_int(spec_of(o).get("replicas", 1)))),
+            ("CURRENT", lambda o, now: str(as_int(status_of(o).get("replicas")))),
+            ("READY", lambda o, now: str(as_int(status_of(o).get("readyReplicas")))),
             _AGE,
         ],
         _WORKLOAD_WIDE,
@@ -111,7 +103,10 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
     ("apps", "StatefulSet"): (
         [
             _NAME,
-            ("READY", lambda o, now: f"{_int(_status(o).get('readyReplicas'))}/{_int(_spec(o).get('replicas', 1))}"),
+            (
+                "READY",
+                lambda o, now: ready_replicas(o),
+            ),
             _AGE,
         ],
         _WORKLOAD_WIDE[:2],
@@ -119,18 +114,18 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
     ("apps", "DaemonSet"): (
         [
             _NAME,
-            ("DESIRED", lambda o, now: str(_int(_status(o).get("desiredNumberScheduled")))),
-            ("CURRENT", lambda o, now: str(_int(_status(o).get("currentNumberScheduled")))),
-            ("READY", lambda o, now: str(_int(_status(o).get("numberReady")))),
-            ("UP-TO-DATE", lambda o, now: str(_int(_status(o).get("updatedNumberScheduled")))),
-            ("AVAILABLE", lambda o, now: str(_int(_status(o).get("numberAvailable")))),
+            ("DESIRED", lambda o, now: str(as_int(status_of(o).get("desiredNumberScheduled")))),
+            ("CURRENT", lambda o, now: str(as_int(status_of(o).get("currentNumberScheduled")))),
+            ("READY", lambda o, now: str(as_int(status_of(o).get("numberReady")))),
+            ("UP-TO-DATE", lambda o, now: str(as_int(status_of(o).get("updatedNumberScheduled")))),
+            ("AVAILABLE", lambda o, now: str(as_int(status_of(o).get("numberAvailable")))),
             (
                 "NODE SELECTOR",
                 lambda o, now: (
                     ",".join(
                         f"{k}={v}"
                         for k, v in sorted(
-                            ((_spec(o).get("template") or {}).get("spec") or {}).get("nodeSelector", {}).items()
+                            ((spec_of(o).get("template") or {}).get("spec") or {}).get("nodeSelector", {}).items()
                         )
                     )
                     or "<none>"
@@ -149,9 +144,9 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
             _AGE,
         ],
         [
-            ("IP", lambda o, now: _status(o).get("podIP") or "<none>"),
-            ("NODE", lambda o, now: _spec(o).get("nodeName") or "<none>"),
-            ("NOMINATED NODE", lambda o, now: _status(o).get("nominatedNodeName") or "<none>"),
+            ("IP", lambda o, now: status_of(o).get("podIP") or "<none>"),
+            ("NODE", lambda o, now: spec_of(o).get("nodeName") or "<none>"),
+            ("NOMINATED NODE", lambda o, now: status_of(o).get("nominatedNodeName") or "<none>"),
             ("READINESS GATES", lambda o, now: readiness_gates(o)),
         ],
     ),
@@ -166,14 +161,14 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
         [
             ("CONTAINERS", lambda o, now: _containers_col(o)),
             ("IMAGES", lambda o, now: _images_col(o)),
-            ("SELECTOR", lambda o, now: _selector_text(_spec(o).get("selector"))),
+            ("SELECTOR", lambda o, now: _selector_text(spec_of(o).get("selector"))),
         ],
     ),
     ("", "Service"): (
         [
             _NAME,
-            ("TYPE", lambda o, now: _spec(o).get("type") or "ClusterIP"),
-            ("CLUSTER-IP", lambda o, now: _spec(o).get("clusterIP") or "<none>"),
+            ("TYPE", lambda o, now: spec_of(o).get("type") or "ClusterIP"),
+            ("CLUSTER-IP", lambda o, now: spec_of(o).get("clusterIP") or "<none>"),
             ("EXTERNAL-IP", lambda o, now: service_external_ip(o)),
             ("PORT(S)", lambda o, now: service_ports(o)),
             _AGE,
@@ -182,7 +177,7 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
             (
                 "SELECTOR",
                 lambda o, now: (
-                    ",".join(f"{k}={v}" for k, v in sorted((_spec(o).get("selector") or {}).items())) or "<none>"
+                    ",".join(f"{k}={v}" for k, v in sorted((spec_of(o).get("selector") or {}).items())) or "<none>"
                 ),
             ),
         ],
@@ -200,7 +195,7 @@ _COLUMNS: dict[tuple[str, str], tuple[list[tuple[str, Cell]], list[tuple[str, Ce
         ],
         [],
     ),
-    ("", "Namespace"): ([_NAME, ("STATUS", lambda o, now: _status(o).get("phase") or "Active"), _AGE], []),
+    ("", "Namespace"): ([_NAME, ("STATUS", lambda o, now: status_of(o).get("phase") or "Active"), _AGE], []),
 }
 
 

@@ -7,18 +7,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
+    "as_int",
     "human_duration",
     "job_completions",
     "job_duration",
     "job_status",
+    "meta_of",
     "parse_time",
     "pod_ready",
     "pod_restarts",
     "pod_status",
     "readiness_gates",
+    "ready_replicas",
     "service_external_ip",
     "service_ports",
     "since",
+    "spec_of",
+    "status_of",
 ]
 
 
@@ -90,19 +95,21 @@ def service_ports(service: dict[str, Any]) -> str:
     return ",".join(out) or "<none>"
 
 
-def _meta(o: dict[str, Any]) -> dict[str, Any]:
+def meta_of(o: dict[str, Any]) -> dict[str, Any]:
+    """An object's metadata; empty when it has none (every helper here takes untrusted JSON)."""
     return o.get("metadata") or {}
 
 
-def _spec(o: dict[str, Any]) -> dict[str, Any]:
+def spec_of(o: dict[str, Any]) -> dict[str, Any]:
     return o.get("spec") or {}
 
 
-def _status(o: dict[str, Any]) -> dict[str, Any]:
+def status_of(o: dict[str, Any]) -> dict[str, Any]:
     return o.get("status") or {}
 
 
-def _int(value: Any) -> int:
+def as_int(value: Any) -> int:
+    """A count as kubectl shows it: 0 for what is absent or not a number."""
     try:
         return int(value or 0)
     except (TypeError, ValueError):
@@ -111,7 +118,7 @@ def _int(value: Any) -> int:
 
 def pod_status(o: dict[str, Any]) -> str:
     """kubectl's Pod STATUS: the most telling container state, not just the phase."""
-    status = _status(o)
+    status = status_of(o)
     reason = status.get("reason") or status.get("phase") or "Pending"
     init = status.get("initContainerStatuses") or []
     for i, c in enumerate(init):
@@ -127,7 +134,7 @@ def pod_status(o: dict[str, Any]) -> str:
         elif wait and wait.get("reason") and wait["reason"] != "PodInitializing":
             reason = "Init:" + wait["reason"]
         else:
-            reason = f"Init:{i}/{len(_spec(o).get('initContainers') or init)}"
+            reason = f"Init:{i}/{len(spec_of(o).get('initContainers') or init)}"
         break
     else:
         running = False
@@ -144,15 +151,15 @@ def pod_status(o: dict[str, Any]) -> str:
                 running = True
         if reason == "Completed" and running:
             reason = "Running"
-    if _meta(o).get("deletionTimestamp"):
+    if meta_of(o).get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)
 
 
 def pod_restarts(o: dict[str, Any], now: datetime) -> str:
     restarts, last = 0, None
-    for c in _status(o).get("containerStatuses") or []:
-        restarts += _int(c.get("restartCount"))
+    for c in status_of(o).get("containerStatuses") or []:
+        restarts += as_int(c.get("restartCount"))
         finished = parse_time(((c.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
         if finished and (last is None or finished > last):
             last = finished
@@ -160,21 +167,21 @@ def pod_restarts(o: dict[str, Any], now: datetime) -> str:
 
 
 def readiness_gates(o: dict[str, Any]) -> str:
-    gates = {g.get("conditionType") for g in _spec(o).get("readinessGates") or []}
+    gates = {g.get("conditionType") for g in spec_of(o).get("readinessGates") or []}
     if not gates:
         return "<none>"
-    met = sum(1 for c in _status(o).get("conditions") or [] if c.get("type") in gates and c.get("status") == "True")
+    met = sum(1 for c in status_of(o).get("conditions") or [] if c.get("type") in gates and c.get("status") == "True")
     return f"{met}/{len(gates)}"
 
 
 def service_external_ip(o: dict[str, Any]) -> str:
-    spec = _spec(o)
+    spec = spec_of(o)
     kind = spec.get("type") or "ClusterIP"
     external = list(spec.get("externalIPs") or [])
     if kind == "ExternalName":
         return spec.get("externalName") or "<none>"
     if kind == "LoadBalancer":
-        balancer = _status(o).get("loadBalancer") or {}
+        balancer = status_of(o).get("loadBalancer") or {}
         ingress = [i.get("ip") or i.get("hostname") for i in balancer.get("ingress") or []]
         found = [x for x in ingress if x] + external
         return ",".join(found) if found else "<pending>"
@@ -183,11 +190,11 @@ def service_external_ip(o: dict[str, Any]) -> str:
 
 def job_status(o: dict[str, Any]) -> str:
     """kubectl's Job STATUS (1.30+): the final condition first, then transitional ones."""
-    conditions = {c.get("type"): c.get("status") for c in _status(o).get("conditions") or []}
+    conditions = {c.get("type"): c.get("status") for c in status_of(o).get("conditions") or []}
     for kind in ("Complete", "Failed"):
         if conditions.get(kind) == "True":
             return kind
-    if _meta(o).get("deletionTimestamp"):
+    if meta_of(o).get("deletionTimestamp"):
         return "Terminating"
     for kind in ("FailureTarget", "SuccessCriteriaMet", "Suspended"):
         if conditions.get(kind) == "True":
@@ -196,18 +203,23 @@ def job_status(o: dict[str, Any]) -> str:
 
 
 def job_completions(o: dict[str, Any]) -> str:
-    spec, succeeded = _spec(o), _int(_status(o).get("succeeded"))
+    spec, succeeded = spec_of(o), as_int(status_of(o).get("succeeded"))
     if spec.get("completions") is not None:
         return f"{succeeded}/{spec['completions']}"
     parallelism = spec.get("parallelism")
-    if parallelism is not None and _int(parallelism) > 1:
+    if parallelism is not None and as_int(parallelism) > 1:
         return f"{succeeded}/1 of {parallelism}"
     return f"{succeeded}/1"
 
 
 def job_duration(o: dict[str, Any], now: datetime) -> str:
-    start = parse_time(_status(o).get("startTime"))
+    start = parse_time(status_of(o).get("startTime"))
     if start is None:
         return ""
-    end = parse_time(_status(o).get("completionTime")) or now
+    end = parse_time(status_of(o).get("completionTime")) or now
     return human_duration((end - start).total_seconds())
+
+
+def ready_replicas(o: dict[str, Any]) -> str:
+    """READY of a Deployment or StatefulSet: ready replicas / desired replicas."""
+    return f"{as_int(status_of(o).get('readyReplicas'))}/{as_int(spec_of(o).get('replicas', 1))}"

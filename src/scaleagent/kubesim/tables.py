@@ -15,9 +15,12 @@ from ..kube.printing import (
     pod_ready,
     pod_restarts,
     pod_status,
+    ready_replicas,
     service_external_ip,
     service_ports,
     since,
+    spec_of,
+    status_of,
 )
 from . import events
 
@@ -36,14 +39,6 @@ def _name(o: dict[str, Any]) -> str:
 
 def _age(o: dict[str, Any]) -> str:
     return human_age(o.get("metadata", {}).get("creationTimestamp"))
-
-
-def _status(o: dict[str, Any]) -> dict[str, Any]:
-    return o.get("status") or {}
-
-
-def _spec(o: dict[str, Any]) -> dict[str, Any]:
-    return o.get("spec") or {}
 
 
 def _event_first(o: dict[str, Any]) -> str:
@@ -96,7 +91,7 @@ AGE: Column = (
 COLUMNS: dict[tuple[str, str], list[Column]] = {
     ("", "Namespace"): [
         NAME,
-        ("Status", "string", "The status of the namespace", lambda o: _status(o).get("phase", "")),
+        ("Status", "string", "The status of the namespace", lambda o: status_of(o).get("phase", "")),
         AGE,
     ],
     ("", "Pod"): [
@@ -190,8 +185,8 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
     ],
     ("", "Service"): [
         NAME,
-        ("Type", "string", "The type of the service", lambda o: _spec(o).get("type", "ClusterIP")),
-        ("Cluster-IP", "string", "The cluster IP of the service", lambda o: _spec(o).get("clusterIP", "<none>")),
+        ("Type", "string", "The type of the service", lambda o: spec_of(o).get("type", "ClusterIP")),
+        ("Cluster-IP", "string", "The cluster IP of the service", lambda o: spec_of(o).get("clusterIP", "<none>")),
         ("External-IP", "string", "The external IP of the service", service_external_ip),
         ("Port(s)", "string", "The ports of the service", service_ports),
         AGE,
@@ -202,27 +197,27 @@ COLUMNS: dict[tuple[str, str], list[Column]] = {
             "Ready",
             "string",
             "Number of the pod with ready state",
-            lambda o: f"{_status(o).get('readyReplicas', 0)}/{_spec(o).get('replicas', 1)}",
+            ready_replicas,
         ),
         (
             "Up-to-date",
             "string",
             "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
-            lambda o: _status(o).get("updatedReplicas", 0),
+            lambda o: status_of(o).get("updatedReplicas", 0),
         ),
         (
             "Available",
             "string",
             "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
-            lambda o: _status(o).get("availableReplicas", 0),
+            lambda o: status_of(o).get("availableReplicas", 0),
         ),
         AGE,
     ],
     ("apps", "ReplicaSet"): [
         NAME,
-        ("Desired", "integer", "Number of desired pods.", lambda o: _spec(o).get("replicas", 1)),
-        ("Current", "integer", "Number of actual replicas.", lambda o: _status(o).get("replicas", 0)),
-        ("Ready", "integer", "Number of ready replicas.", lambda o: _status(o).get("readyReplicas", 0)),
+        ("Desired", "integer", "Number of desired pods.", lambda o: spec_of(o).get("replicas", 1)),
+        ("Current", "integer", "Number of actual replicas.", lambda o: status_of(o).get("replicas", 0)),
+        ("Ready", "integer", "Number of ready replicas.", lambda o: status_of(o).get("readyReplicas", 0)),
         AGE,
     ],
     ("batch", "Job"): [
