@@ -22,6 +22,16 @@ shapes everything here:
 * ``apply`` runs on the event loop for every batch, so it never raises and never waits: a bad
   event is counted and skipped, and each subscriber has a bounded queue that ends the
   subscription (not ingest) when it overflows.
+* An older version never replaces a newer one. Outside a snapshot, an ADDED or MODIFIED older
+  than the cached copy of the same object (same uid) is ignored, and so is a DELETED older than
+  the cached copy (a stale event from a lagging agent, or one replayed; when its uid is another,
+  it deleted an earlier incarnation). An event whose object has no uid is applied as before. Each account also
+  remembers its last ``DELETED_MEMORY`` deleted uids with the version they went at, so a stale
+  ADDED cannot bring a deleted object back. Versions are ordered only when both are decimal
+  integers (what every API server hands out); opaque ones are applied as they come. A snapshot's
+  objects are applied whatever their versions: a relist is the cluster's truth, and after an
+  etcd restore versions really do go backwards (the agent then lists every kind again, and
+  that snapshot must replace everything). Ignored events are counted (``staleEventsIgnored``).
 """
 
 from __future__ import annotations
@@ -53,6 +63,9 @@ _intern = sys.intern
 _flatten = chain.from_iterable
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
+
+# Deleted uids remembered per account (see _Account.deleted): about 200 bytes each at most.
+DELETED_MEMORY = 10_000
 
 
 class _Entry:
@@ -269,12 +282,33 @@ class _Kind:
 
 
 class _Account:
-    __slots__ = ("name", "kinds", "rv")
+    __slots__ = ("name", "kinds", "rv", "deleted")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.kinds: dict[tuple[str, str], _Kind] = {}
         self.rv = ""
+        # uid -> the (numeric) resourceVersion it was deleted at, oldest first; at most
+        # DELETED_MEMORY. An object whose uid is here at that version or later is not brought back
+        # by a live ADDED/MODIFIED of an earlier version.
+        self.deleted: dict[str, int] = {}
+
+    def remember_deleted(self, uid: str, rv: str) -> None:
+        if not uid or not rv.isdigit():
+            return  # nothing to key on, or a version that cannot be ordered
+        deleted = self.deleted
+        at = int(rv)
+        before = deleted.pop(uid, None)
+        if before is not None and before > at:
+            at = before
+        elif len(deleted) >= DELETED_MEMORY:
+            del deleted[next(iter(deleted))]
+        deleted[uid] = at
+
+    def deleted_since(self, uid: str, rv: str) -> bool:
+        """Whether ``uid`` was deleted at ``rv`` or later: an event of that version is stale."""
+        at = self.deleted.get(uid) if uid else None
+        return at is not None and rv.isdigit() and at >= int(rv)
 
     def find(self, kind: str | None) -> list[_Kind]:
         """The kinds that ``kind`` names (case-insensitive ``Kind`` or ``Kind.group``); all for None."""
@@ -452,6 +486,7 @@ class Cache:
         self._warned: set[tuple[str, str]] = set()
         self._label_sets = _LabelSets()
         self.rejected = 0
+        self.stale_ignored = 0  # events older than what the cache holds (see the module docstring)
         # (account, group, kind, namespace, name) -> waiters for that object (see wait_for)
         self._waiters: dict[tuple[str, str, str, str, str], set[_Waiter]] = {}
 
@@ -484,25 +519,29 @@ class Cache:
                     kind.version = version
                 t = ev.type
                 rv = ev.resource_version
+                applied = True
                 if t == _ADDED or t == _MODIFIED:
-                    self._upsert(acct, kind, ev.namespace, ev.name, rv, ev)
+                    applied = self._upsert(acct, kind, ev.namespace, ev.name, rv, ev)
                 elif t == _DELETED:
-                    self._delete(acct, kind, ev.namespace, ev.name, rv, ev.object)
+                    applied = self._delete(acct, kind, ev.namespace, ev.name, rv, ev.object)
                 elif t == _BEGIN:
                     kind.gen += 1
                     kind.open[_intern(ev.namespace)] = kind.gen
                 elif t == _END:
-                    self._end_snapshot(acct, kind, ev.namespace)
+                    self._end_snapshot(acct, kind, ev.namespace, rv)
                 else:
                     raise _Rejected(f"unknown event type {t}")
-                if rv:
+                if not applied:
+                    self.stale_ignored += 1
+                elif rv:
                     acct.rv = rv
             except _Rejected as e:
                 self._reject(account, ev, str(e))
             except Exception as e:
                 self._reject(account, ev, f"{type(e).__name__}: {e}")
 
-    def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, ev: Any) -> None:
+    def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, ev: Any) -> bool:
+        """Returns False when the event was stale and ignored."""
         if not name:
             raise _Rejected("no name")
         nsd = kind.namespaces.get(namespace)
@@ -513,7 +552,7 @@ class Cache:
             # compared too (cheap next to parsing): a cluster rebuilt with fresh storage reuses
             # resourceVersions for other objects, and its object (another uid) must replace ours.
             old.gen = kind.gen
-            return
+            return True
         try:
             doc = _loads(obj)
         except _JSONDecodeError:
@@ -521,6 +560,19 @@ class Cache:
         meta = doc.get("metadata") if type(doc) is dict else None
         if type(meta) is not dict:
             raise _Rejected("not a Kubernetes object (no metadata)")
+        uid = meta.get("uid")
+        uid = uid if type(uid) is str else ""
+        if kind.open and ("" in kind.open or namespace in kind.open):
+            # Part of a snapshot (a relist): the cluster's word, whatever the versions say. It may
+            # come from a cluster restored from a backup, where versions went back for real.
+            if uid and acct.deleted:
+                acct.deleted.pop(uid, None)
+        elif uid and old is not None and _older(rv, old.rv) and uid == _uid(old.obj):
+            return False  # an older version of the object held
+        elif acct.deleted and uid and uid in acct.deleted:
+            if acct.deleted_since(uid, rv):
+                return False  # a version from before the object was deleted: it stays deleted
+            del acct.deleted[uid]  # newer than its deletion: only a restored cluster does that
         labels = self._label_sets.get(meta.get("labels"))
         annotations = meta.get("annotations")
         app = cluster = None
@@ -553,12 +605,25 @@ class Cache:
             self._emit(acct.name, kind, change, e.namespace, name, rv, obj)
         if self._waiters:
             self._wake(acct.name, kind, e.namespace, name)
+        return True
 
-    def _delete(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, obj: bytes) -> None:
+    def _delete(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, obj: bytes) -> bool:
+        """Returns False when the event was stale and ignored."""
         nsd = kind.namespaces.get(namespace)
-        e = nsd.pop(name, None) if nsd is not None else None
+        e = nsd.get(name) if nsd is not None else None
+        uid = _uid(obj) if obj else ""
         if e is None:
-            return  # already gone (or never seen): nothing changed
+            acct.remember_deleted(uid, rv)
+            return True  # already gone (or never seen): nothing changed
+        if uid and _older(rv, e.rv):
+            # Older than the copy held: the deletion of an earlier incarnation (another uid) or a
+            # stale event of this one. Either way the object held is newer and stays. (A DELETED
+            # without its object cannot be matched to what is held: applied as before.)
+            if uid != _uid(e.obj):
+                acct.remember_deleted(uid, rv)
+            return False
+        acct.remember_deleted(uid or _uid(e.obj), rv or e.rv)
+        del nsd[name]  # type: ignore[union-attr]
         if not nsd:
             del kind.namespaces[namespace]
         self._forget(kind, e)
@@ -566,8 +631,9 @@ class Cache:
             self._emit(acct.name, kind, "DELETED", e.namespace, name, rv or e.rv, obj or e.obj)
         if self._waiters:
             self._wake(acct.name, kind, e.namespace, name, deleted_rv=rv or e.rv)
+        return True
 
-    def _end_snapshot(self, acct: _Account, kind: _Kind, scope: str) -> None:
+    def _end_snapshot(self, acct: _Account, kind: _Kind, scope: str, rv: str = "") -> None:
         began = kind.open.pop(scope, None)
         if began is None:
             log.debug("account %s: SNAPSHOT_END for %s scope %r without a BEGIN; ignored", acct.name, kind.label, scope)
@@ -580,6 +646,8 @@ class Cache:
             stale = [e for e in nsd.values() if e.gen < began]
             for e in stale:
                 del nsd[e.name]
+                # Gone by the snapshot's version: a lagging event of it must not bring it back.
+                acct.remember_deleted(_uid(e.obj), rv)
                 self._forget(kind, e)
                 if self._subs:
                     self._emit(acct.name, kind, "DELETED", e.namespace, e.name, e.rv, e.obj)
@@ -681,8 +749,14 @@ class Cache:
         return acct.rv if acct is not None else ""
 
     def stats(self) -> dict[str, int]:
-        """Sizes for metrics: accounts, objects, and bytes of object JSON held."""
-        return {"accounts": len(self._accounts), "objects": self._objects, "bytes": self._bytes}
+        """Sizes for metrics: accounts, objects, bytes of object JSON held, and how many events
+        were ignored for being older than what the cache holds."""
+        return {
+            "accounts": len(self._accounts),
+            "objects": self._objects,
+            "bytes": self._bytes,
+            "staleEventsIgnored": self.stale_ignored,
+        }
 
     def get(self, account: str, kind: str, namespace: str, name: str) -> bytes | None:
         """One object's JSON; ``kind`` as in ``query`` (the first group that has it wins)."""
@@ -857,6 +931,11 @@ def _uid(obj: bytes) -> str:
         return str(_loads(obj)["metadata"].get("uid") or "")
     except (_JSONDecodeError, KeyError, TypeError, AttributeError):
         return ""
+
+
+def _older(rv: str, held: str) -> bool:
+    """Whether version ``rv`` is before ``held``; only decimal versions can be ordered."""
+    return rv.isdigit() and held.isdigit() and not version_at_least(rv, held)
 
 
 def version_at_least(have: str, want: str) -> bool:
