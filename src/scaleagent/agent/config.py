@@ -385,6 +385,9 @@ class ClouddriverConfig(ConfigModel):
 
     ignored_keys = frozenset({"keepAliveOperationSeconds", "noProxy", "backoff"})
 
+    # One address or several (hub replicas, tried in order): a YAML list, or one string with
+    # commas so that the environment can set it. Kept as that string, normalised ('a:1,b:1');
+    # `targets` is the list.
     grpc: StrictStr = "localhost:9091"
     insecure: StrictBool = False
     tls: TlsConfig = Field(default_factory=TlsConfig)
@@ -392,11 +395,38 @@ class ClouddriverConfig(ConfigModel):
     keep_alive_heartbeat_seconds: StrictInt = Field(10, ge=0, le=3600)
     keep_alive_time_out_seconds: StrictInt = Field(10, ge=1, le=3600)
 
+    @field_validator("grpc", mode="before")
+    @classmethod
+    def _grpc_list(cls, value: Any) -> Any:
+        """A list of addresses becomes the comma-separated form; each item must be a string."""
+        if not isinstance(value, list | tuple):
+            return value
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise invalid(f"expected a string (host:port), got {describe(item)}", i)
+            if "," in item:
+                raise invalid(f"{item!r}: one address per list item (no commas)", i)
+        if not value:
+            raise invalid("the list is empty: give at least one host:port")
+        return ",".join(item.strip() for item in value)
+
     @field_validator("grpc")
     @classmethod
     def _grpc(cls, value: str) -> str:
-        split_host_port(value)
-        return value
+        entries = [entry.strip() for entry in value.split(",")] if "," in value else [value]
+        seen: set[str] = set()
+        for i, entry in enumerate(entries):
+            where = f"address {i + 1} of {len(entries)}: " if len(entries) > 1 else ""
+            if not entry:
+                raise invalid(f"{where}empty: expected host:port, e.g. 'hub-1:9091,hub-2:9091'")
+            try:
+                split_host_port(entry)
+            except PydanticCustomError as e:
+                raise invalid(where + (e.context or {}).get("message", str(e))) from None
+            if entry in seen:
+                raise invalid(f"{where}{entry!r} is listed twice")
+            seen.add(entry)
+        return ",".join(entries)
 
     @model_validator(mode="after")
     def _plaintext(self) -> ClouddriverConfig:
@@ -408,14 +438,19 @@ class ClouddriverConfig(ConfigModel):
         return self
 
     @property
+    def targets(self) -> tuple[str, ...]:
+        """The hub addresses of `grpc`, in the order given (one or more)."""
+        return tuple(self.grpc.split(","))
+
+    @property
     def grpc_host(self) -> str:
-        """The host part of `grpc` (without IPv6 brackets)."""
-        return split_host_port(self.grpc)[0]
+        """The host part of the first address of `grpc` (without IPv6 brackets)."""
+        return split_host_port(self.targets[0])[0]
 
     @property
     def grpc_port(self) -> int:
-        """The port part of `grpc`."""
-        return split_host_port(self.grpc)[1]
+        """The port part of the first address of `grpc`."""
+        return split_host_port(self.targets[0])[1]
 
 
 class AgentConfig(ConfigModel):

@@ -39,6 +39,10 @@ log = logging.getLogger("scaleagent.agent.link")
 
 # A Welcome that does not come within this time means the peer is not a hub (or is stuck).
 WELCOME_TIMEOUT = 15.0
+# A session that lasted this long starts a new round of the hub's addresses when it ends, so the
+# next address is tried at once. A shorter one counts as a failed attempt: hubs that accept and
+# drop the agent at once are then retried with backoff, not in a tight loop.
+STABLE_SESSION_SECONDS = 5.0
 # Room left in a message for the batch's own framing when filling it up to the hub's limit.
 FRAMING_MARGIN = 64 * 1024
 
@@ -65,7 +69,11 @@ class Operations(Protocol):
 
 @dataclass
 class LinkSettings:
-    target: str
+    """`targets` are the hub's addresses (replicas), tried in turn; `target` is the one in use
+    (the link sets it when it moves on). Given only `target`, it is the one address."""
+
+    target: str = ""
+    targets: list[str] = field(default_factory=list)
     insecure: bool = False
     server_name: str = ""
     insecure_skip_verify: bool = False
@@ -83,13 +91,23 @@ class LinkSettings:
     window: int = 8
     queue_batches: int = 64
 
+    def __post_init__(self) -> None:
+        if not self.targets:
+            if not self.target:
+                raise ValueError("LinkSettings needs a target")
+            self.targets = [self.target]
+        self.targets = list(self.targets)
+        if not self.target:
+            self.target = self.targets[0]
+
 
 class LinkError(Exception):
     """The hub refused this agent or answered something that is not the protocol."""
 
 
 class HubLink:
-    """Connects, says Hello, streams batches, and starts over with backoff when anything breaks."""
+    """Connects, says Hello, streams batches, and starts over when anything breaks: at the next of
+    the hub's addresses at once, with backoff only after every address failed in a row."""
 
     def __init__(self, settings: LinkSettings) -> None:
         self.settings = settings
@@ -163,6 +181,7 @@ class HubLink:
     def health(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "hub": self.settings.target,
+            "addresses": list(self.settings.targets),
             "state": self.state,
             "sessionId": self.session_id,
             "connects": self.connects,
@@ -177,9 +196,15 @@ class HubLink:
 
     async def _run(self) -> None:
         backoff = Backoff(initial=0.5, maximum=30.0)
+        targets = self.settings.targets
+        index = 0
+        tried = 0  # attempts since the last pause; a round is one attempt at each address
         while True:
+            target = self.settings.target = targets[index]
+            began = self.connects
+            started = time.monotonic()
             try:
-                await self._session(backoff)
+                await self._session(target, backoff)
             except asyncio.CancelledError:
                 raise
             except LinkError as e:
@@ -193,7 +218,13 @@ class HubLink:
             except Exception as e:
                 log.exception("hub link: unexpected failure")
                 self._down(f"unexpected failure: {type(e).__name__}: {e}")
-            await asyncio.sleep(backoff.next())
+            if self.connects > began and time.monotonic() - started >= STABLE_SESSION_SECONDS:
+                tried = 0  # a session that lasted: the round starts again from the address that ended
+            tried += 1
+            index = (index + 1) % len(targets)
+            if tried >= len(targets):
+                tried = 0
+                await asyncio.sleep(backoff.next())
 
     def _down(self, reason: str) -> None:
         if self._connected.is_set() or self.state != "disconnected" or reason != self.reason:
@@ -202,13 +233,13 @@ class HubLink:
         self._epoch += 1
         self.state, self.reason, self.session_id, self.connected_since = "disconnected", reason, "", 0.0
 
-    async def _session(self, backoff: Backoff) -> None:
+    async def _session(self, target: str, backoff: Backoff) -> None:
         assert self.accounts is not None
         s = self.settings
         presented = None
         if s.insecure_skip_verify and not s.insecure:
-            presented = await asyncio.to_thread(_presented_certificate, s.target)
-        channel = _channel(s, presented)
+            presented = await asyncio.to_thread(_presented_certificate, target)
+        channel = _channel(s, target, presented)
         try:
             stub = pb_grpc.AgentLinkStub(channel)
             metadata = (("authorization", f"Bearer {s.token}"),) if s.token else ()
@@ -249,7 +280,7 @@ class HubLink:
             )
             first = self.connects == 0
             self.connects += 1
-            log.info("hub link: connected to %s (replica %s, session %s)", s.target, w.hub_replica, w.session_id)
+            log.info("hub link: connected to %s (replica %s, session %s)", target, w.hub_replica, w.session_id)
             if not first:
                 # Whatever was in flight on the old connection is lost: every account relists.
                 await self.accounts.resync()
@@ -519,7 +550,8 @@ def _read(path: Path | None) -> bytes | None:
     return path.read_bytes() if path is not None else None
 
 
-def _channel(s: LinkSettings, presented: tuple[bytes, str] | None) -> grpc.aio.Channel:
+def _channel(s: LinkSettings, target: str, presented: tuple[bytes, str] | None) -> grpc.aio.Channel:
+    """A channel to `target`: without `tls.serverName`, its host is the name the certificate must have."""
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", 64 * 1024 * 1024),
         ("grpc.enable_retries", 0),
@@ -534,7 +566,7 @@ def _channel(s: LinkSettings, presented: tuple[bytes, str] | None) -> grpc.aio.C
             ("grpc.http2.max_pings_without_data", 0),
         ]
     if s.insecure:
-        return grpc.aio.insecure_channel(s.target, options=options)
+        return grpc.aio.insecure_channel(target, options=options)
     roots = _read(s.cacert_file)
     if presented is not None:
         # gRPC has no "don't verify": trust whatever certificate the hub presents right now.
@@ -545,7 +577,7 @@ def _channel(s: LinkSettings, presented: tuple[bytes, str] | None) -> grpc.aio.C
     creds = grpc.ssl_channel_credentials(
         root_certificates=roots, private_key=_read(s.client_key_file), certificate_chain=_read(s.client_cert_file)
     )
-    return grpc.aio.secure_channel(s.target, creds, options=options)
+    return grpc.aio.secure_channel(target, creds, options=options)
 
 
 def _presented_certificate(target: str) -> tuple[bytes, str]:

@@ -60,6 +60,7 @@ class Agent:
         self.releaser.cancel()
         if isinstance(self.sink, HubLink):
             await self.sink.stop()  # first: a resync arriving now must not restart stopped accounts
+        await self.executor.stop()  # operations that outlived their stream (remembered for a repeat)
         await self.accounts.stop()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -69,7 +70,8 @@ def link_settings(config: AgentConfig) -> LinkSettings:
     """The hub connection as the `clouddriver` section describes it."""
     c = config.clouddriver
     return LinkSettings(
-        target=c.grpc,
+        target=c.targets[0],
+        targets=list(c.targets),
         insecure=c.insecure,
         server_name=c.tls.server_name,
         insecure_skip_verify=c.tls.insecure_skip_verify,
