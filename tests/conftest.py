@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from scaleagent.hub.store import async_url
-from scaleagent.hub.store.models import VERSION_TABLE, Account, Credentials
+from scaleagent.hub.store.models import VERSION_TABLE, Base
 from tests.databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name
 from tests.helpers import KubesimProcess, start_kubesim
 
@@ -137,8 +137,8 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     engine = create_async_engine(async_url(url))
     try:
         async with engine.begin() as conn:
-            await conn.execute(text(f"DROP TABLE IF EXISTS {Credentials.__tablename__}"))
-            await conn.execute(text(f"DROP TABLE IF EXISTS {Account.__tablename__}"))
+            for table in Base.metadata.sorted_tables:
+                await conn.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
             await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
     finally:
         await engine.dispose()

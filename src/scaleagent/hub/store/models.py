@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Dialect, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Dialect, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -22,6 +22,9 @@ __all__ = [
     "ACCOUNTS_TABLE",
     "CREDENTIALS_TABLE",
     "Account",
+    "Assignment",
+    "Replica",
+    "TaskRow",
     "Base",
     "Credentials",
     "LENGTHS",
@@ -178,3 +181,50 @@ class Credentials(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     migrated_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class Replica(Base):
+    """One row of `kubesvc_replicas`: a hub replica, where its HTTP API is, and when it last said
+    it was alive. Every replica refreshes its own row each heartbeat period."""
+
+    __tablename__ = "kubesvc_replicas"
+
+    id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    base_url: Mapped[str] = mapped_column(String(2048), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+
+class Assignment(Base):
+    """One row of `kubesvc_assignments`: the replica whose agent streams `account` (the seeds'
+    table). `connections` counts that replica's sessions serving it; 0 means the account is
+    served from cache during its grace period, and another replica may take it."""
+
+    __tablename__ = "kubesvc_assignments"
+    __table_args__ = (Index("ix_kubesvc_assignments_replica", "replica"),)
+
+    account: Mapped[str] = mapped_column(String(253), primary_key=True)
+    replica: Mapped[str] = mapped_column(String(253), nullable=False)
+    agent: Mapped[str] = mapped_column(String(253), nullable=False)
+    session: Mapped[str] = mapped_column(String(64), nullable=False)
+    connections: Mapped[int] = mapped_column(Integer, nullable=False)
+    caching: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    last_updated: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+
+class TaskRow(Base):
+    """One row of `kubesvc_tasks`: an operation task as `GET /task/{id}` shows it (`document`, JSON
+    text in Clouddriver's shape), the replica running it and its plain state."""
+
+    __tablename__ = "kubesvc_tasks"
+    __table_args__ = (
+        Index("ix_kubesvc_tasks_state_replica", "state", "replica"),
+        Index("ix_kubesvc_tasks_created_at", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    replica: Mapped[str] = mapped_column(String(253), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    document: Mapped[str] = mapped_column(LongText, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)

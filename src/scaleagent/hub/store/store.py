@@ -611,6 +611,11 @@ class Store:
 
     # --- helpers ------------------------------------------------------------------------------
 
+    def transaction(self, action: str, name: str | None = None) -> Any:
+        """`async with store.transaction("what"):` one session and one transaction, for the other
+        tables' modules (shared.py); errors become StoreError like this module's."""
+        return self._transaction(action, name)
+
     @asynccontextmanager
     async def _transaction(self, action: str, name: str | None = None) -> AsyncIterator[AsyncSession]:
         """One session and one transaction, committed on success. Driver and connection errors

@@ -1,0 +1,284 @@
+"""What hub replicas share in the database besides accounts: who is alive (`kubesvc_replicas`),
+which replica streams which account (`kubesvc_assignments`) and the operation tasks
+(`kubesvc_tasks`).
+
+Every decision between replicas is one conditional statement or one transaction holding the row
+(`SELECT ... FOR UPDATE` on PostgreSQL and MySQL/MariaDB; SQLite takes the write lock at BEGIN), so
+two replicas can never both win a claim: the database is the only referee.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .errors import StoreError
+from .models import Assignment, Replica, TaskRow
+from .store import Store, _now, _rowcount, _utc
+
+__all__ = ["AssignmentRow", "ReplicaRow", "SharedStore", "StoredTask"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    id: str
+    base_url: str
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentRow:
+    account: str
+    replica: str
+    agent: str
+    session: str
+    connections: int
+    caching: bool
+    last_updated: datetime
+
+    @classmethod
+    def _from_model(cls, row: Assignment) -> AssignmentRow:
+        return cls(
+            row.account, row.replica, row.agent, row.session, row.connections, row.caching, _utc(row.last_updated)
+        )
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "account": self.account,
+            "replica": self.replica,
+            "agent": self.agent,
+            "connections": self.connections,
+            "caching": self.caching,
+            "lastUpdated": self.last_updated.isoformat().replace("+00:00", "Z"),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTask:
+    id: str
+    replica: str
+    state: str
+    document: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SharedStore:
+    """The replicas' tables, on the hub's `Store` (its engine, transactions and error messages)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # --- replicas -------------------------------------------------------------------------------
+
+    async def heartbeat(self, replica: str, base_url: str) -> None:
+        """This replica is alive: refresh its row (creating it) and its assignments' `last_updated`."""
+        now = _now()
+        async with self.store.transaction("replica heartbeat", replica) as session:
+            row = await session.get(Replica, replica, with_for_update=True)
+            if row is None:
+                session.add(Replica(id=replica, base_url=base_url, started_at=now, heartbeat_at=now))
+            else:
+                row.base_url, row.heartbeat_at = base_url, now
+            await session.execute(
+                update(Assignment)
+                .where(Assignment.replica == replica)
+                .values(last_updated=now)
+                .execution_options(synchronize_session=False)
+            )
+
+    async def replicas(self) -> list[ReplicaRow]:
+        async with self.store.transaction("list replicas") as session:
+            rows = (await session.execute(select(Replica).order_by(Replica.id))).scalars().all()
+            return [ReplicaRow(r.id, r.base_url, _utc(r.started_at), _utc(r.heartbeat_at)) for r in rows]
+
+    async def forget_replicas(self, replicas: Collection[str]) -> list[str]:
+        """Delete the rows of dead replicas and their assignments; returns the accounts released."""
+        if not replicas:
+            return []
+        async with self.store.transaction("forget replicas") as session:
+            accounts = (
+                (await session.execute(select(Assignment.account).where(Assignment.replica.in_(list(replicas)))))
+                .scalars()
+                .all()
+            )
+            await session.execute(
+                delete(Assignment)
+                .where(Assignment.replica.in_(list(replicas)))
+                .execution_options(synchronize_session=False)
+            )
+            await session.execute(
+                delete(Replica).where(Replica.id.in_(list(replicas))).execution_options(synchronize_session=False)
+            )
+            return list(accounts)
+
+    async def leave(self, replica: str) -> None:
+        """A replica stopping cleanly: its assignments and its row go now, not after the timeout."""
+        await self.forget_replicas([replica])
+
+    # --- assignments ----------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        account: str,
+        *,
+        replica: str,
+        agent: str,
+        session_id: str,
+        connections: int,
+        dead: Collection[str] = (),
+    ) -> tuple[bool, AssignmentRow]:
+        """Make `replica` the one streaming `account`, unless another live replica's agent does.
+
+        Won when there is no row, the row is already this replica's, its holder has no session
+        serving it any more (connections 0), or its holder is among `dead` (replicas whose
+        heartbeat stopped, or that cannot be reached). Returns (won, the row as it now stands)."""
+        for _ in range(2):  # a concurrent first insert loses the race once, then reads the winner
+            now = _now()
+            try:
+                async with self.store.transaction("claim account", account) as session:
+                    row = await session.get(Assignment, account, with_for_update=True)
+                    if row is None:
+                        row = Assignment(
+                            account=account,
+                            replica=replica,
+                            agent=agent,
+                            session=session_id,
+                            connections=connections,
+                            caching=True,
+                            last_updated=now,
+                        )
+                        session.add(row)
+                        await session.flush()
+                        return True, AssignmentRow._from_model(row)
+                    if row.replica == replica or row.connections == 0 or row.replica in dead:
+                        row.replica, row.agent, row.session = replica, agent, session_id
+                        row.connections, row.caching, row.last_updated = connections, True, now
+                        await session.flush()
+                        return True, AssignmentRow._from_model(row)
+                    return False, AssignmentRow._from_model(row)
+            except IntegrityError:
+                continue
+        raise StoreError(f"claim account {account!r}: another replica kept inserting the same row")
+
+    async def set_connections(self, account: str, replica: str, connections: int, agent: str = "") -> bool:
+        """Record how many of `replica`'s sessions serve `account`; False if the row is not its."""
+        values: dict[str, Any] = {"connections": connections, "last_updated": _now()}
+        if agent:
+            values["agent"] = agent
+        async with self.store.transaction("update assignment", account) as session:
+            result = await session.execute(
+                update(Assignment)
+                .where(Assignment.account == account, Assignment.replica == replica)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result) == 1
+
+    async def reset_connections(self, replica: str) -> list[str]:
+        """A replica starting again has no session yet: its rows say so (any replica may claim
+        them now). Returns the accounts it held."""
+        async with self.store.transaction("reset assignments", replica) as session:
+            accounts = (
+                (await session.execute(select(Assignment.account).where(Assignment.replica == replica))).scalars().all()
+            )
+            await session.execute(
+                update(Assignment)
+                .where(Assignment.replica == replica)
+                .values(connections=0, last_updated=_now())
+                .execution_options(synchronize_session=False)
+            )
+            return list(accounts)
+
+    async def release(self, account: str, replica: str) -> bool:
+        """Give the account up, if `replica` still holds it; True if this call deleted the row."""
+        async with self.store.transaction("release account", account) as session:
+            result = await session.execute(
+                delete(Assignment)
+                .where(Assignment.account == account, Assignment.replica == replica)
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result) == 1
+
+    async def holder(self, account: str) -> AssignmentRow | None:
+        async with self.store.transaction("read assignment", account) as session:
+            row = await session.get(Assignment, account)
+            return None if row is None else AssignmentRow._from_model(row)
+
+    async def assignments(self, replica: str | None = None) -> list[AssignmentRow]:
+        query = select(Assignment).order_by(Assignment.account)
+        if replica is not None:
+            query = query.where(Assignment.replica == replica)
+        async with self.store.transaction("list assignments") as session:
+            return [AssignmentRow._from_model(r) for r in (await session.execute(query)).scalars().all()]
+
+    # --- tasks ----------------------------------------------------------------------------------
+
+    async def put_task(self, task_id: str, replica: str, state: str, document: str) -> None:
+        """Create or update a task this replica runs."""
+        now = _now()
+        async with self.store.transaction("save task", task_id) as session:
+            row = await session.get(TaskRow, task_id)
+            if row is None:
+                session.add(
+                    TaskRow(id=task_id, replica=replica, state=state, document=document, created_at=now, updated_at=now)
+                )
+            else:
+                row.replica, row.state, row.document, row.updated_at = replica, state, document, now
+
+    async def get_task(self, task_id: str) -> StoredTask | None:
+        async with self.store.transaction("read task", task_id) as session:
+            row = await session.get(TaskRow, task_id)
+            return None if row is None else _task(row)
+
+    async def running_tasks(self, replicas: Collection[str]) -> list[StoredTask]:
+        """Tasks still marked running by these replicas."""
+        if not replicas:
+            return []
+        async with self.store.transaction("list running tasks") as session:
+            rows = (
+                (
+                    await session.execute(
+                        select(TaskRow).where(TaskRow.state == "running", TaskRow.replica.in_(list(replicas)))
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [_task(r) for r in rows]
+
+    async def end_task(self, task_id: str, *, expect_replica: str, state: str, document: str) -> bool:
+        """End a running task of `expect_replica` (a dead one's); False if it ended meanwhile."""
+        async with self.store.transaction("end task", task_id) as session:
+            result = await session.execute(
+                update(TaskRow)
+                .where(TaskRow.id == task_id, TaskRow.replica == expect_replica, TaskRow.state == "running")
+                .values(state=state, document=document, updated_at=_now())
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result) == 1
+
+    async def trim_tasks(self, keep: int) -> int:
+        """Delete the oldest ended tasks beyond the newest `keep` tasks; returns how many went."""
+        async with self.store.transaction("trim tasks") as session:
+            cutoff = (
+                await session.execute(select(TaskRow.created_at).order_by(TaskRow.created_at.desc()).offset(keep))
+            ).first()
+            if cutoff is None:
+                return 0
+            result = await session.execute(
+                delete(TaskRow)
+                .where(TaskRow.created_at <= cutoff[0], TaskRow.state != "running")
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result)
+
+
+def _task(row: TaskRow) -> StoredTask:
+    return StoredTask(row.id, row.replica, row.state, row.document, _utc(row.created_at), _utc(row.updated_at))
