@@ -175,7 +175,7 @@ async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did(
     registry, session, sent = registry_with()
     router = OperationRouter(registry)
     runner = TaskRunner(router, registry.cache, operation_wait_ms=30_000, max_tasks=10)
-    task = runner.submit(
+    task = await runner.submit(
         parse_operations(
             [
                 {"deployManifest": {"account": "prod", "manifests": []}},

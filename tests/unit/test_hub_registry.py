@@ -219,3 +219,36 @@ async def test_a_static_account_is_recorded_only_along_its_transitions(tmp_path,
     finally:
         await registry.stop()
         await store.close()
+
+
+async def test_a_second_agent_for_a_streamed_account_stands_by_and_takes_over_when_the_first_leaves():
+    """Two agents streaming one account undo each other's changes in the cache: one streams, the
+    other stands by (told so, it stops watching) and is asked back the moment the first leaves."""
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    first, second = session(registry, "agent-1"), session(registry, "agent-2")
+    assert await registry.admit(first, "prod", CLUSTER_A["api_host"]) is None
+    assert describe(registry, first, "prod", CLUSTER_A) is None
+    why = await registry.admit(second, "prod", CLUSTER_A["api_host"])
+    assert why is not None and why.startswith("standing by:") and "agent-1" in why
+    assert registry.accounts["prod"].sessions == {first.id}
+    assert "prod" not in second.accounts
+
+    registry.close(first)
+    assert [m.resync.account for m in second.sent if m.WhichOneof("message") == "resync"] == ["prod"]
+    assert await registry.admit(second, "prod", CLUSTER_A["api_host"]) is None
+    assert describe(registry, second, "prod", CLUSTER_A) is None
+    assert registry.accounts["prod"].state == ACTIVE
+    assert registry.accounts["prod"].sessions == {second.id}
+
+
+async def test_giving_an_account_up_makes_its_agent_stand_by_and_drops_the_copy():
+    cache = Cache()
+    registry = Registry(cache, grace_seconds=60, replica="r")
+    s = session(registry, "agent-1")
+    assert await registry.admit(s, "prod", CLUSTER_A["api_host"]) is None
+    describe(registry, s, "prod", CLUSTER_A)
+    cached(cache, "prod")
+    registry.give_up("prod", "agent agent-9 on hub replica r2 streams it now")
+    assert "prod" not in registry.accounts and not cache.counts("prod")
+    rejected = [m.account_rejected for m in s.sent if m.WhichOneof("message") == "account_rejected"]
+    assert [r.name for r in rejected] == ["prod"] and "hub replica r2" in rejected[0].reason

@@ -60,6 +60,7 @@ __all__ = [
     "InterceptorConfig",
     "KubernetesConfig",
     "OperationsConfig",
+    "ReplicasConfig",
     "ServerConfig",
     "SessionsConfig",
     "TlsConfig",
@@ -309,6 +310,97 @@ class DynamicAccountsConfig(ConfigModel):
         return value
 
 
+class StaticPeerConfig(ConfigModel):
+    """One other hub replica, for `replicas.cluster: static`."""
+
+    id: StrictStr
+    base_url: StrictStr
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _REPLICA_NAME.fullmatch(value):
+            raise invalid(f"{value!r} is not a valid replica name (its server.replicaName)")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        return check_base_url(value)
+
+
+class ReplicasKubernetesConfig(ConfigModel):
+    """Discovery of the other replicas through the Endpoints of the hub's Service (Armory's
+    `kubesvc.cluster-kubernetes`): names starting with `clouddriverServiceNamePrefix`, the port
+    named `httpPortName`. Without `kubeconfigFile`, the pod's service account."""
+
+    kubeconfig_file: Path | None = None
+    verify_ssl: StrictBool = True
+    namespace: StrictStr | None = None
+    http_port_name: StrictStr = "http"
+    clouddriver_service_name_prefix: StrictStr = "spin-clouddriver"
+    use_dns: StrictBool = False
+    domain_name: StrictStr = "cluster.local"
+    fail_fast: StrictBool = False
+
+    @field_validator("kubeconfig_file", mode="before")
+    @classmethod
+    def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
+        path = to_path(value, info)
+        return None if path is None else check_readable_file(path)
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+
+class HeartbeatConfig(ConfigModel):
+    """How often a replica says it is alive (Armory's `kubesvc.heartbeat.period`, 60 s); one that
+    misses `missedPeriods` periods is dead, and the others take its accounts and end its tasks."""
+
+    period_seconds: StrictFloat = Field(60.0, ge=0.2, le=3600)
+    missed_periods: StrictInt = Field(3, ge=2, le=100)
+
+
+class ReplicasConfig(ConfigModel):
+    """Hub replicas (docs/ha.md). `cluster` (Armory's `kubesvc.cluster`): `none` (one replica),
+    `kubernetes` (peers from Endpoints) or `static` (peers listed in `static`). Replicas share
+    PostgreSQL or MySQL/MariaDB; `baseUrl` is how the others reach this replica's HTTP API."""
+
+    cluster: StrictStr = "none"
+    base_url: StrictStr = ""
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+    kubernetes: ReplicasKubernetesConfig = Field(default_factory=ReplicasKubernetesConfig)
+    static: tuple[StaticPeerConfig, ...] = ()
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        if value not in ("none", "kubernetes", "static"):
+            raise invalid(f"{value!r} is not one of none, kubernetes, static")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        return check_base_url(value) if value else value
+
+    @property
+    def enabled(self) -> bool:
+        return self.cluster != "none"
+
+
+def check_base_url(value: str) -> str:
+    """An http(s) URL of a replica's HTTP API, without a path; returned without a trailing slash."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/") or parts.query:
+        raise invalid(f"{value!r} is not a base URL such as http://10.0.15.246:7002 (scheme, host, port; no path)")
+    return value.rstrip("/")
+
+
 class HubConfig(ConfigModel):
     """The whole hub configuration."""
 
@@ -321,6 +413,18 @@ class HubConfig(ConfigModel):
     operations: OperationsConfig = Field(default_factory=OperationsConfig)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     dynamic_accounts: DynamicAccountsConfig = Field(default_factory=DynamicAccountsConfig)
+    replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
+
+    @model_validator(mode="after")
+    def _replicas_share_a_server_database(self) -> HubConfig:
+        if self.replicas.enabled and self.database.url.startswith("sqlite"):
+            raise invalid(
+                f"is {self.replicas.cluster!r}, but the database is an SQLite file, which replicas cannot share: "
+                "give database.url a PostgreSQL or MySQL/MariaDB server (or set replicas.cluster: none)",
+                "replicas",
+                "cluster",
+            )
+        return self
 
     def with_overrides(
         self,

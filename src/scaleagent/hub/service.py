@@ -8,6 +8,7 @@ import gc
 import logging
 import socket
 from collections.abc import Iterator
+from typing import Protocol
 
 import grpc
 import uvicorn
@@ -25,7 +26,13 @@ from .api.app import create_app
 from .api.deps import ApiDeps
 from .cache.cache import Cache
 from .config import HubConfig
+from .replicas.assignments import Assignments
+from .replicas.forwarding import Forwarder
+from .replicas.offers import Offers
+from .replicas.operations import ReplicaOperations
+from .replicas.peers import Peer, PeerSet
 from .store import Store
+from .store.shared import SharedStore
 from .tasks import TaskRunner
 
 log = logging.getLogger("scaleagent.hub")
@@ -62,6 +69,24 @@ class Hub:
         )
         self.dispatcher = AccountDispatcher(self.registry)
         self.router = OperationRouter(self.registry)
+        r = config.replicas
+        self.peers = PeerSet(Peer(self.replica, r.base_url or _own_base_url(config)))
+        self.shared = SharedStore(store)
+        self.forwarder: Forwarder | None = None
+        self.assignments: Assignments | None = None
+        if r.enabled:
+            self.forwarder = Forwarder(self.replica)
+            self.assignments = Assignments(
+                self.shared,
+                self.peers,
+                self.forwarder,
+                period=r.heartbeat.period_seconds,
+                missed_periods=r.heartbeat.missed_periods,
+            )
+            self.assignments.attach(self.registry)
+            self.assignments.on_dead.append(self._replicas_died)
+        self.operations = ReplicaOperations(self.router, self.registry, self.assignments, self.forwarder)
+        self.discovery: PeerDiscovery | None = _discovery(config, self.peers)
         self.link = AgentLinkService(
             self.registry,
             self.cache,
@@ -71,12 +96,17 @@ class Hub:
             max_message_bytes=config.grpc.max_message_bytes,
         )
         self.tasks = TaskRunner(
-            self.router,
+            self.operations,
             self.cache,
             operation_wait_ms=config.operations.operation_wait_ms,
             max_tasks=config.operations.max_tasks,
+            shared=self.shared,
+            replica=self.replica,
         )
         self.accounts = AccountsService.for_hub(config, store, self.registry, self.dispatcher)
+        if self.forwarder is not None:
+            offers = Offers(self.peers, self.forwarder, timeout=config.dynamic_accounts.agent_timeout_seconds + 10)
+            self.accounts.offer = offers.offer
         self.credentials = CredentialsService(store, self.accounts, config=config.dynamic_accounts)
         self.grpc_port = 0
         self.http_port = 0
@@ -114,14 +144,27 @@ class Hub:
             tasks=self.tasks,
             router=self.router,
             link=self.link,
+            peers=self.peers,
+            operations=self.operations,
+            assignments=self.assignments,
+            forwarder=self.forwarder,
         )
 
     async def start(self) -> None:
-        await self.registry.start()
-        await self.accounts.start()
-        await self.credentials.start()
-        await self._start_grpc()
-        await self._start_http()
+        sock = self._bind_http()
+        try:
+            held = await self.assignments.start() if self.assignments is not None else None
+            await self.registry.start(held)
+            await self.tasks.start()
+            await self.accounts.start()
+            await self.credentials.start()
+            if self.discovery is not None:
+                await self.discovery.start()
+            await self._start_grpc()
+        except BaseException:
+            sock.close()
+            raise
+        self._serve_http(sock)
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
         log.info(
             "hub %s: gRPC on %s (%s), HTTP on %s",
@@ -172,7 +215,9 @@ class Hub:
             await checks.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._grpc, self.grpc_port = server, port
 
-    async def _start_http(self) -> None:
+    def _bind_http(self) -> socket.socket:
+        """Bound first, so that the port (and with it this replica's base URL) is known before the
+        replica announces itself; requests wait in the backlog until `_serve_http`."""
         c = self.config
         family = socket.AF_INET6 if ":" in c.server.http_address else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -185,6 +230,12 @@ class Hub:
         sock.listen(128)
         sock.setblocking(False)
         self.http_port = sock.getsockname()[1]
+        if not c.replicas.base_url:
+            self.peers.me = Peer(self.replica, _own_base_url(c, self.http_port))
+            self.peers.replace([])
+        return sock
+
+    def _serve_http(self, sock: socket.socket) -> None:
         app = create_app(self.api_deps())
         config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
         self._http = _Server(config)
@@ -201,10 +252,22 @@ class Hub:
         await self.tasks.stop()
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self.discovery is not None:
+            await self.discovery.stop()
         await self.credentials.stop()
         await self.accounts.stop()
         await self.registry.stop()
+        if self.assignments is not None:
+            await self.assignments.stop()
+        if self.forwarder is not None:
+            await self.forwarder.close()
         await self.store.close()
+
+    async def _replicas_died(self, replicas: list[str]) -> None:
+        """Replicas whose heartbeat stopped: their running tasks end as failed, saying so."""
+        await self.tasks.end_tasks_of(
+            replicas, f"hub replica {', '.join(replicas)} stopped (its heartbeat stopped in the database)"
+        )
 
 
 async def _freeze_periodically() -> None:
@@ -212,6 +275,60 @@ async def _freeze_periodically() -> None:
         await asyncio.sleep(GC_FREEZE_SECONDS)
         gc.collect(1)
         gc.freeze()
+
+
+class PeerDiscovery(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class _StaticPeers:
+    """`replicas.cluster: static`: the peers listed in the configuration, taken as ready."""
+
+    def __init__(self, config: HubConfig, peers: PeerSet) -> None:
+        self.listed = [Peer(p.id, p.base_url) for p in config.replicas.static]
+        self.peers = peers
+
+    async def start(self) -> None:
+        self.peers.replace(self.listed)
+
+    async def stop(self) -> None:
+        pass
+
+
+def _discovery(config: HubConfig, peers: PeerSet) -> PeerDiscovery | None:
+    r = config.replicas
+    if r.cluster == "static":
+        return _StaticPeers(config, peers)
+    if r.cluster == "kubernetes":
+        from .replicas.discovery import EndpointsDiscovery, KubernetesDiscoverySettings
+
+        k = r.kubernetes
+        settings = KubernetesDiscoverySettings(
+            kubeconfig_file=k.kubeconfig_file,
+            verify_ssl=k.verify_ssl,
+            namespace=k.namespace,
+            http_port_name=k.http_port_name,
+            service_name_prefix=k.clouddriver_service_name_prefix,
+            use_dns=k.use_dns,
+            domain_name=k.domain_name,
+            fail_fast=k.fail_fast,
+        )
+        return EndpointsDiscovery(settings, peers.replace, me_id=peers.me.id)
+    return None
+
+
+def _own_base_url(config: HubConfig, port: int | None = None) -> str:
+    """How the other replicas reach this one when `replicas.baseUrl` is not set: the HTTP address,
+    or this host's address when the API listens on every interface (a pod's IP in Kubernetes)."""
+    host = config.server.http_address
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = "127.0.0.1"
+    return f"http://{_url_host(host)}:{port if port is not None else config.server.http_port}"
 
 
 def _url_host(host: str) -> str:

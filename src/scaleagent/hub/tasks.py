@@ -11,8 +11,12 @@ the cache after the task completed sees the change. Objects of kinds the agent d
 never reach the cache and are not waited for. Should the cache not catch up before the
 operation's deadline, the task still completes (the cluster did change) and its history says so.
 
-Tasks live in this hub's memory: a restarted hub forgets them (Clouddriver's default in-memory
-task repository behaves the same), and the oldest finished ones go beyond `operations.maxTasks`.
+Tasks are kept in the database (`kubesvc_tasks`) as well as in the memory of the replica running
+them, so `GET /task/{id}` answers from any replica and after a restart; the oldest finished ones go
+beyond `operations.maxTasks`. A task whose replica stopped while it ran (a restart, or a replica
+found dead by the others) ends FAILED saying so: each operation carries an id the agent remembers,
+so an operation is never applied twice, but whether the last one was applied before the replica
+stopped cannot be known by then.
 """
 
 from __future__ import annotations
@@ -22,12 +26,17 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from .agents.routing import OperationReply, OperationRouter
+import orjson
+
+from .agents.routing import OperationReply
 from .cache.cache import APPLICATION, CLUSTER, Cache
 from .numbers import INT32_MAX, INT64_MAX, whole_number
+from .store import StoreError
+from .store.shared import SharedStore
 
 log = logging.getLogger("scaleagent.hub.tasks")
 
@@ -62,6 +71,14 @@ ORCHESTRATION = "ORCHESTRATION"
 # The least time given to the cache to show an operation's changes, even when the operation
 # itself used up operationWaitMs (capped by operationWaitMs).
 CACHE_WAIT_SECONDS = 10.0
+
+
+class Operations(Protocol):
+    """What runs one operation on an account's agent, here or on another replica."""
+
+    async def run(
+        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+    ) -> OperationReply: ...
 
 
 class BadOperations(ValueError):
@@ -168,16 +185,28 @@ def _bad_numbers(type_: str, description: dict[str, Any]) -> list[str]:
 
 
 class TaskRunner:
-    """Creates tasks, runs their operations through the router, and keeps them for reading."""
+    """Creates tasks, runs their operations through the router, and keeps them for reading: in
+    memory while this replica runs them, and in the database (`shared`) for every replica."""
 
-    def __init__(self, router: OperationRouter, cache: Cache, *, operation_wait_ms: int, max_tasks: int) -> None:
+    def __init__(
+        self,
+        router: Operations,
+        cache: Cache,
+        *,
+        operation_wait_ms: int,
+        max_tasks: int,
+        shared: SharedStore | None = None,
+        replica: str = "",
+    ) -> None:
         self.router = router
         self.cache = cache
         self.operation_wait = operation_wait_ms / 1000
         self.max_tasks = max_tasks
+        self.shared, self.replica = shared, replica
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
         self.ended = {COMPLETED: 0, FAILED: 0}  # tasks ended since the start, for /metrics
+        self._saves = 0
 
     @property
     def running(self) -> int:
@@ -186,15 +215,56 @@ class TaskRunner:
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
 
-    def submit(self, operations: list[Operation]) -> Task:
+    async def stored(self, task_id: str) -> tuple[str, dict[str, Any]] | None:
+        """A task from the database: (the replica running it, its document), or None."""
+        if self.shared is None:
+            return None
+        row = await self.shared.get_task(task_id)
+        if row is None:
+            return None
+        return row.replica, orjson.loads(row.document)
+
+    async def start(self) -> None:
+        """Tasks this replica was running when it last stopped end now, as failed."""
+        await self.end_tasks_of([self.replica], "the hub replica running it restarted")
+
+    async def end_tasks_of(self, replicas: Collection[str], why: str) -> int:
+        """End the tasks still marked running by these replicas (stopped or dead): FAILED, why."""
+        if self.shared is None:
+            return 0
+        ended = 0
+        for row in await self.shared.running_tasks(replicas):
+            doc = _failed_document(orjson.loads(row.document), f"{why} while the task ran")
+            if await self.shared.end_task(
+                row.id, expect_replica=row.replica, state=FAILED, document=orjson.dumps(doc).decode()
+            ):
+                ended += 1
+        if ended:
+            log.warning("%d task(s) of replica(s) %s ended as failed: %s", ended, ", ".join(replicas), why)
+        return ended
+
+    async def submit(self, operations: list[Operation]) -> Task:
+        """Create a task (recorded before its id is given out: any replica can read it) and run it."""
         task = Task(uuid.uuid4().hex)
         task.log(ORCHESTRATION, "Initializing Orchestration Task")
         self._tasks[task.id] = task
         self._evict()
+        await self._save(task)
         runner = asyncio.get_running_loop().create_task(self._run(task, operations), name=f"task {task.id}")
         self._running.add(runner)
         runner.add_done_callback(self._running.discard)
         return task
+
+    async def _save(self, task: Task) -> None:
+        if self.shared is None:
+            return
+        try:
+            await self.shared.put_task(task.id, self.replica, task.state, orjson.dumps(task.document()).decode())
+            self._saves += 1
+            if self._saves % 1000 == 0:
+                await self.shared.trim_tasks(self.max_tasks)
+        except StoreError as e:  # this replica still answers from memory; others see the last saved state
+            log.error("task %s: cannot save it to the database: %s", task.id, e)
 
     async def stop(self) -> None:
         for t in list(self._running):
@@ -214,12 +284,14 @@ class TaskRunner:
         finally:
             if task.state in self.ended:
                 self.ended[task.state] += 1
+            await asyncio.shield(self._save(task))
 
     async def _operations(self, task: Task, operations: list[Operation]) -> None:
         try:
-            for op in operations:
-                if not await self._one(task, op):
+            for i, op in enumerate(operations):
+                if not await self._one(task, op, f"{task.id}-{i}"):
                     return
+                await self._save(task)
             task.finish(COMPLETED, "Orchestration completed.")
         except asyncio.CancelledError:
             task.exception = {
@@ -238,12 +310,12 @@ class TaskRunner:
             }
             task.finish(FAILED, "Orchestration failed.")
 
-    async def _one(self, task: Task, op: Operation) -> bool:
+    async def _one(self, task: Task, op: Operation, op_id: str) -> bool:
         phase = PHASES[op.type]
         task.log(phase, f"Sending {op.type} to the agent of account {op.account}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.operation_wait
-        reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait)
+        reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait, op_id)
         result = _result_object(op, reply)
         if result:
             task.result_objects.append(result)
@@ -263,8 +335,18 @@ class TaskRunner:
             log.info("task %s: %s", task.id, message)
             task.finish(FAILED, "Orchestration failed.")
             return False
-        task.log(phase, f"Agent {reply.agent_id} ran {op.type}: {_summary(op, reply)}")
-        if reply.expect:
+        via = f" (through hub replica {reply.replica})" if reply.replica else ""
+        task.log(phase, f"Agent {reply.agent_id}{via} ran {op.type}: {_summary(op, reply)}")
+        if reply.cache_missed is not None:  # the replica whose agent ran it waited for its own cache
+            if reply.cache_missed:
+                task.log(
+                    phase,
+                    f"Warning: the hub's cache did not show {len(reply.cache_missed)} change(s) in time "
+                    f"({', '.join(reply.cache_missed[:5])}); reads may still return the former state",
+                )
+            else:
+                task.log(phase, "The hub's cache shows the changes")
+        elif reply.expect:
             # Its own budget: an operation that used most of its time still gets the cache a chance.
             budget = max(deadline - loop.time(), min(CACHE_WAIT_SECONDS, self.operation_wait))
             missed = await self.cache.wait_for(op.account, reply.expect, budget)
@@ -352,3 +434,29 @@ def _summary(op: Operation, reply: OperationReply) -> str:
         )
     names = [f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in reply.objects]
     return ", ".join(names) or "done"
+
+
+def _failed_document(doc: dict[str, Any], why: str) -> dict[str, Any]:
+    """A stored task document ended as failed by another replica, in the shape `Task.document` has."""
+    now = int(time.time() * 1000)
+    history = list(doc.get("history") or [])
+    history.append({"phase": ORCHESTRATION, "status": "Orchestration failed.", "timestamp": now})
+    return {
+        **doc,
+        "state": FAILED,
+        "status": {
+            "phase": ORCHESTRATION,
+            "status": "Orchestration failed.",
+            "completed": True,
+            "failed": True,
+            "retryable": False,
+        },
+        "history": history,
+        "endTimeMs": now,
+        "exception": {
+            "message": f"{why}; its last operation may have been carried out (an operation is never "
+            "applied twice: the agent remembers its id)",
+            "code": 503,
+            "reason": "ServiceUnavailable",
+        },
+    }

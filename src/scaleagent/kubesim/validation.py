@@ -195,6 +195,11 @@ def apply_defaults(rt: ResourceType, obj: dict[str, Any]) -> None:
             spec.setdefault("externalTrafficPolicy", "Cluster")
         if spec["type"] == "LoadBalancer":
             spec.setdefault("allocateLoadBalancerNodePorts", True)
+    elif key == ("", "Endpoints"):
+        for subset in obj.get("subsets") or []:
+            for p in (subset.get("ports") or []) if isinstance(subset, dict) else []:
+                if isinstance(p, dict):
+                    p.setdefault("protocol", "TCP")  # SetDefaults_EndpointPort
     elif key == ("", "Namespace"):
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         obj.setdefault("status", {})["phase"] = obj.get("status", {}).get("phase", "Active")

@@ -114,6 +114,9 @@ class AccountsService:
         self._retry_task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
         self._started = False
+        # With replicas: asks the other replicas to do what this one cannot for lack of agents
+        # (`offer(what, names)` -> the names one of them took; hub/replicas/offers.py).
+        self.offer: Callable[[str, list[str]], Awaitable[list[str]]] | None = None
 
     @classmethod
     def for_hub(cls, config: HubConfig, store: Store, registry: Registry, dispatcher: Dispatcher) -> AccountsService:
@@ -139,7 +142,9 @@ class AccountsService:
         rows = await self.store.list_accounts(source=SOURCE)
         self.registry.managed.update(row.name for row in rows)
         for row in rows:
-            if row.state in TRANSIENT:
+            # With replicas, another replica may be carrying it out now: the periodic repair
+            # (repair_stuck) settles the ones nobody is working on.
+            if row.state in TRANSIENT and self.offer is None:
                 what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
                 await self._move(
                     row.name,
@@ -321,6 +326,7 @@ class AccountsService:
             targets = {name: self._sessions_following(name) for name in names}
             for name in names:
                 self._sent.pop(name, None)
+            warnings += await self._offered("stop", list(names))
             for name, result in (await self._delete_on(targets)).items():
                 for agent, reason in result:
                     warnings.append(f"account {name!r}: agent {agent} did not confirm it stopped: {reason}")
@@ -374,8 +380,38 @@ class AccountsService:
 
     # --- migration -----------------------------------------------------------------------------
 
-    async def _migrate(self, names: list[str]) -> None:
-        """Carry accounts from TO_MIGRATE to ACTIVATING (or FAILED)."""
+    async def migrate_here(self, names: list[str]) -> list[str]:
+        """Another replica has no agent for these accounts: send those this replica's agents may
+        take; the rest stay TO_MIGRATE for it. Returns the names taken (ACTIVATING)."""
+        self.registry.managed.update(names)
+        return await self._migrate(names, here_only=True)
+
+    async def stop_here(self, names: list[str]) -> list[str]:
+        """Another replica deletes or deactivates these accounts: this replica's agents following
+        them stop. Returns warnings for agents that did not confirm."""
+        async with self._locked(names):
+            targets = {name: self._sessions_following(name) for name in names}
+            for name in names:
+                self._sent.pop(name, None)
+            failures = await self._delete_on(targets)
+        return [
+            f"account {name!r}: agent {agent} did not confirm it stopped: {reason}"
+            for name, result in failures.items()
+            for agent, reason in result
+        ]
+
+    async def _offered(self, what: str, names: list[str]) -> list[str]:
+        if self.offer is None or not names:
+            return []
+        try:
+            return await self.offer(what, names)
+        except Exception:  # an unreachable replica is the offer's business; nothing may break the request
+            log.exception("offering %s of %s to the other replicas failed", what, ", ".join(names))
+            return []
+
+    async def _migrate(self, names: list[str], here_only: bool = False) -> list[str]:
+        """Carry accounts from TO_MIGRATE to ACTIVATING (or FAILED); returns the names moved on.
+        With `here_only` (asked by another replica), accounts no agent here may take stay TO_MIGRATE."""
         async with self._locked(names):
             rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if r.state == S.TO_MIGRATE]
             specs: dict[str, Any] = {}
@@ -406,6 +442,16 @@ class AccountsService:
             if not candidates:
                 unreachable += [r.name for r in first_taker]
                 first_taker = []
+            if here_only:
+                for name in unreachable:
+                    to_all.pop(name, None)
+                unreachable = []
+            elif unreachable and self.offer is not None:
+                offered = set(await self._offered("migrate", unreachable))
+                for name in offered:
+                    to_all.pop(name, None)
+                unreachable = [n for n in unreachable if n not in offered]
+                rows = [r for r in rows if r.name not in offered]
             for name in unreachable:
                 zone = next(r.zone_id for r in rows if r.name == name)
                 where = f"in zone {zone!r} " if zone is not None else ""
@@ -449,6 +495,7 @@ class AccountsService:
                     why = "; ".join(refusals[name]) or "no agent answered"
                     await self._fail(name, [S.ACTIVATING], f"no agent took the account: {why}")
             self._notify()
+            return moved
 
     async def _resolve(self, row: AccountRow) -> Any:
         """The account to send: its kubeconfig resolved now (and stored encrypted: the snapshot
@@ -527,6 +574,8 @@ class AccountsService:
         """Carry accounts from TO_DEACTIVATE to INACTIVE (or FAILED)."""
         async with self._locked(names):
             rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if r.state == S.TO_DEACTIVATE]
+            # Agents on other replicas following these accounts stop too (they answer for themselves).
+            await self._offered("stop", [r.name for r in rows])
             targets = {}
             for row in rows:
                 following = self._sessions_following(row.name)
@@ -760,6 +809,7 @@ class AccountsService:
         if not session.dynamic_accounts_enabled:
             return False
         rows = await self.store.list_accounts(states=[S.ACTIVE, S.ORPHANED], source=SOURCE, names=only or ())
+        self.registry.managed.update(r.name for r in rows)  # created through another replica, maybe
         names = [r.name for r in rows if self._wants(r, session)]
         if not names:
             return False

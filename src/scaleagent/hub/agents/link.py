@@ -19,6 +19,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ...protocol import PROTOCOL_VERSION, pb, pb_grpc
 from ..cache.cache import Cache
+from ..store import StoreError
 from .registry import Registry, Session
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 )
             )
             for account in hello.accounts:
-                self._account(session, account)
+                await self._account(session, account)
             sender = asyncio.create_task(_send_all(context, outbox))
             heard = _Heard()
             tasks = [asyncio.create_task(self._receive(session, context, heard))]
@@ -196,7 +197,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 assert session.control is not None
                 session.control(pb.CachingControl(ack=pb.Ack(sequence=batch.sequence)))
             elif which == "account":
-                self._account(session, msg.account)
+                await self._account(session, msg.account)
             elif which == "account_removed":
                 self.registry.remove(session, msg.account_removed.name)
             elif which == "accounts_answer":
@@ -209,9 +210,19 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             else:
                 raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an empty or unknown message")
 
-    def _account(self, session: Session, a: pb.Account) -> None:
+    async def _account(self, session: Session, a: pb.Account) -> None:
         if not a.name or len(a.name) > MAX_NAME:
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an account needs a name of 1-253 characters")
+        try:
+            standing_by = await self.registry.admit(session, a.name, a.api_host, a.certificate_fingerprint)
+        except StoreError as e:
+            # Without the shared table no replica can tell who streams it: ask again later.
+            standing_by = f"the hub cannot reach its database to claim the account ({e}); it will ask again"
+            log.error("account %s of agent %s: %s", a.name, session.agent_id, standing_by)
+        if standing_by is not None:
+            if session.control is not None:
+                session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=standing_by)))
+            return
         try:
             properties = MessageToDict(a.properties) if a.HasField("properties") else {}
         except ValueError as e:  # e.g. NaN, which JSON cannot hold

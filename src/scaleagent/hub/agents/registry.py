@@ -20,9 +20,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ...protocol import pb
 from ...protocol.states import AgentAccountState
@@ -32,8 +32,21 @@ from ..store import AccountNotFound, Store, StoreError
 
 log = logging.getLogger("scaleagent.hub.registry")
 
+STANDING_BY = "standing by:"
+"""How a refusal of an account that another agent streams begins (the agent stands by)."""
+
 # The registry's presence of an account; the lifecycle's words are AccountState's (hub/states.py).
 ACTIVE, DISCONNECTED, ORPHANED = Presence.ACTIVE, Presence.DISCONNECTED, Presence.ORPHANED
+
+
+class Claims(Protocol):
+    """The replicas' referee (hub/replicas/assignments.py): which replica's agent streams an account."""
+
+    async def claim(self, session: Session, account: str, connections: int) -> str | None: ...
+
+    def connections_changed(self, account: str, connections: int, agent: str = "") -> None: ...
+
+    async def release(self, account: str) -> bool: ...
 
 
 @dataclass
@@ -124,6 +137,9 @@ class Registry:
         # accounts without the registry knowing them. A "described" record may be a stand-in that is
         # not registered: an account whose agent has not reached its API server yet.
         self.listeners: list[Callable[[str, Session | None, AccountRecord | None], None]] = []
+        # With replicas, the referee of which replica's agent streams each account (None: one hub).
+        self.claims: Claims | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     def _notify(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         for listener in self.listeners:
@@ -132,12 +148,15 @@ class Registry:
             except Exception:  # a listener's bug must not break the agent's stream
                 log.exception("registry listener failed on %s", what)
 
-    async def start(self) -> None:
-        """Take back the accounts the database says were active, and start writing changes."""
+    async def start(self, held: Collection[str] | None = None) -> None:
+        """Take back the accounts the database says were active (with replicas, only those this
+        replica streamed: `held`), and start writing changes."""
         if self.store is None:
             return
         loop = asyncio.get_running_loop()
         for row in await self.store.list_accounts(states=[AccountState.ACTIVE]):
+            if held is not None and row.name not in held:
+                continue
             record = self.accounts[row.name] = AccountRecord(
                 row.name,
                 api_host=row.kube_host or "",
@@ -160,6 +179,10 @@ class Registry:
 
     async def stop(self) -> None:
         """Finish the pending writes (a few seconds at most), then stop."""
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.wait(list(self._background))
         if self._writer is None:
             return
         try:
@@ -221,6 +244,61 @@ class Registry:
         )
         self._notify("opened", session, None)
         return session
+
+    async def admit(self, session: Session, name: str, api_host: str, fingerprint: str = "") -> str | None:
+        """Whether `session` may stream `name` (None) or stands by (why): one session streams an
+        account at a time, on this replica and, through `claims`, across replicas. Two agents
+        streaming one account would undo each other's changes in the cache."""
+        if not api_host or name in session.accounts:
+            return None
+        record = self.accounts.get(name)
+        if record is not None and record.state != ORPHANED:
+            if not record.same_cluster(api_host, fingerprint):
+                return None  # another cluster under a held name: `describe` refuses it, saying so
+            streaming = [self.sessions[i] for i in record.sessions if i != session.id and i in self.sessions]
+            if streaming:
+                local = f"{STANDING_BY} agent {streaming[0].agent_id} streams account {name!r} on this hub replica"
+                self._stand_by(session, name, local)
+                return local
+        if self.claims is None:
+            return None
+        why = await self.claims.claim(session, name, 1)
+        if self.sessions.get(session.id) is not session:
+            if why is None:
+                self.claims.connections_changed(name, 0)
+            return "the session ended"
+        if why is not None:
+            self._stand_by(session, name, why)
+        return why
+
+    def _stand_by(self, session: Session, name: str, why: str) -> None:
+        if session.rejected.get(name) != why:
+            log.info("agent %s: account %s: %s", session.agent_id, name, why)
+        session.rejected[name] = why
+        session.accounts.discard(name)
+
+    def holds(self, name: str) -> bool:
+        """Whether this replica streams the account, or serves it from cache in its grace period."""
+        record = self.accounts.get(name)
+        return record is not None and record.state != ORPHANED
+
+    def give_up(self, name: str, why: str) -> None:
+        """Another replica streams the account now: its sessions here stand by, and this replica's
+        copy of its objects goes (reads are forwarded to the holder). Its state is the holder's to
+        write."""
+        record = self.accounts.pop(name, None)
+        if record is None:
+            return
+        log.warning("account %s: %s; this replica gives it up", name, why)
+        if record.orphan_timer is not None:
+            record.orphan_timer.cancel()
+        for session_id in record.sessions:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                self._stand_by(session, name, f"{STANDING_BY} {why}")
+                if session.control is not None:
+                    session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=name, reason=why)))
+        self.cache.drop_account(name)
 
     def describe(
         self,
@@ -307,7 +385,7 @@ class Registry:
         ):
             self._record(record, AccountState.ACTIVE)
             if before[:2] != (record.api_host, record.fingerprint):
-                self._unblock(name)  # refused for the old identity; maybe not for the new one
+                self.unblock(name)  # refused for the old identity; maybe not for the new one
         self._notify("described", session, record)
         if agent_state == AgentAccountState.WATCHING:
             gone = self.cache.retain(
@@ -346,6 +424,9 @@ class Registry:
                 record.state, record.disconnected_at = DISCONNECTED, time.time()
                 record.orphan_timer = loop.call_later(self.grace_seconds, self._orphan, record)
                 log.info("account %s: no agent serves it; served from cache for %gs", name, self.grace_seconds)
+                if self.claims is not None:
+                    self.claims.connections_changed(name, 0)
+                self.unblock(name, standby_only=True)  # an agent standing by takes over now
 
     def _serve(self, record: AccountRecord) -> None:
         if record.orphan_timer is not None:
@@ -357,6 +438,25 @@ class Registry:
         record.orphan_timer = None
         if record.sessions or self.accounts.get(record.name) is not record:
             return
+        if self.claims is not None:
+            task = asyncio.get_running_loop().create_task(self._orphan_shared(record, self.claims))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return
+        self._orphan_now(record)
+
+    async def _orphan_shared(self, record: AccountRecord, claims: Claims) -> None:
+        """With replicas, ORPHANED only when no replica holds an agent for it: if another replica
+        took the account during the grace period, this one only lets its copy go."""
+        released = await claims.release(record.name)
+        if record.sessions or self.accounts.get(record.name) is not record:
+            return
+        if released:
+            self._orphan_now(record)
+        else:
+            self.give_up(record.name, "another hub replica streams it now")
+
+    def _orphan_now(self, record: AccountRecord) -> None:
         log.warning(
             "account %s: no agent came back within %gs; ORPHANED, its objects leave the cache",
             record.name,
@@ -366,7 +466,7 @@ class Registry:
         self.cache.drop_account(record.name)
         self._record(record, AccountState.ORPHANED)
         self._notify("orphaned", None, record)
-        self._unblock(record.name)
+        self.unblock(record.name)
 
     def _forget(self, record: AccountRecord) -> None:
         if record.orphan_timer is not None:
@@ -374,12 +474,20 @@ class Registry:
         del self.accounts[record.name]
         self.cache.drop_account(record.name)
         self._record(record, AccountState.INACTIVE)  # no agent follows it any more; the row keeps its history
-        self._unblock(record.name)
+        if self.claims is not None:
+            task = asyncio.get_running_loop().create_task(self.claims.release(record.name))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        self.unblock(record.name)
 
-    def _unblock(self, name: str) -> None:
-        """Agents refused this name may now claim it: ask them to describe it again."""
+    def unblock(self, name: str, standby_only: bool = False) -> None:
+        """Agents refused this name (or, with `standby_only`, only those standing by for it) may
+        now claim it: ask them to describe it again."""
         for session in self.sessions.values():
-            if name in session.rejected and session.control is not None:
+            why = session.rejected.get(name)
+            if why is None or (standby_only and not why.startswith(STANDING_BY)):
+                continue
+            if session.control is not None:
                 session.control(pb.CachingControl(resync=pb.Resync(account=name)))
 
     def serves(self, session: Session, account: str) -> bool:

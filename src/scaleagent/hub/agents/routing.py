@@ -37,6 +37,42 @@ class OperationReply:
     error: dict[str, Any] | None = None  # a Kubernetes Status: code, reason, message (details)
     expect: list[Any] = field(default_factory=list)  # pb.CacheExpectation
     agent_id: str = ""
+    # What the holder's cache did not show in time, when another replica ran the operation and
+    # waited for its own cache (None: not checked there; `expect` is for this replica's cache).
+    cache_missed: list[str] | None = None
+    replica: str = ""  # the replica whose agent ran it, when not this one
+
+    def document(self) -> dict[str, Any]:
+        """The reply as a forwarded operation's answer carries it between replicas."""
+        doc: dict[str, Any] = {"ok": self.ok, "objects": self.objects, "output": self.output, "agentId": self.agent_id}
+        if self.error is not None:
+            doc["error"] = self.error
+        if self.cache_missed is not None:
+            doc["cacheMissed"] = self.cache_missed
+        return doc
+
+    @classmethod
+    def from_document(cls, doc: Any, replica: str) -> OperationReply:
+        """A peer's answer to a forwarded operation; a malformed one is a failure naming the peer."""
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("ok"), bool)
+            or not isinstance(doc.get("objects", []), list)
+            or not isinstance(doc.get("output", {}), dict)
+            or not isinstance(doc.get("error") or {}, dict)
+        ):
+            return cls.failure(502, "BadGateway", f"hub replica {replica} answered a forwarded operation malformed")
+        missed = doc.get("cacheMissed")
+        return cls(
+            doc["ok"],
+            doc.get("objects") or [],
+            doc.get("output") or {},
+            doc.get("error"),
+            [],
+            str(doc.get("agentId") or ""),
+            [str(m) for m in missed] if isinstance(missed, list) else None,
+            replica,
+        )
 
     @classmethod
     def failure(cls, code: int, reason: str, message: str) -> OperationReply:
@@ -88,13 +124,19 @@ class OperationRouter:
                 busy[p.session_id] += 1
         return min(ready, key=lambda s: (busy[s.id], s.connected_at))
 
-    async def run(self, account: str, type_: str, request: dict[str, Any], timeout: float) -> OperationReply:
-        """Run one operation on the agent serving `account`, giving it `timeout` seconds."""
+    async def run(
+        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+    ) -> OperationReply:
+        """Run one operation on the agent serving `account`, giving it `timeout` seconds. The same
+        `op_id` sent again (after a replica failed) is answered by the agent from memory, not
+        applied twice."""
         target = self._session_for(account)
         if isinstance(target, OperationReply):
             return target
         session = target
-        op_id = uuid.uuid4().hex
+        op_id = op_id or uuid.uuid4().hex
+        if op_id in self._pending:
+            return OperationReply.failure(409, "Conflict", f"operation {op_id} is already running on this replica")
         deadline_ms = int((time.time() + timeout) * 1000)
         message = pb.Operation(
             id=op_id,

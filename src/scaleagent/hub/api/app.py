@@ -19,6 +19,7 @@ from .credentials import credentials_router
 from .deps import ApiDeps
 from .objects import objects_router
 from .operations import operations_router
+from .replicas import AccountForwarding, replicas_router
 
 
 def create_app(deps: ApiDeps) -> FastAPI:
@@ -31,7 +32,9 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.include_router(objects_router(deps))
     app.include_router(accounts_router(deps.accounts))
     app.include_router(credentials_router(deps.credentials))
-    app.include_router(operations_router(deps.tasks, deps.router, deps.cache))
+    app.include_router(operations_router(deps))
+    app.include_router(replicas_router(deps))
+    app.add_middleware(AccountForwarding, deps=deps)
 
     @app.get("/health", tags=["health"], summary="Liveness, with a summary of sessions and the cache")
     async def health() -> dict[str, Any]:
@@ -40,6 +43,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
             "replica": deps.replica,
             "agents": len(deps.registry.sessions),
             "accounts": len(deps.registry.accounts),
+            "replicas": len(deps.peers.all()),
             "cache": deps.cache.stats(),
         }
 
@@ -101,4 +105,10 @@ class _Collector:
         yield ended
         yield CounterMetricFamily(
             "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.deps.router.sent
+        )
+        yield GaugeMetricFamily("scale_agent_hub_replicas", "Hub replicas known", value=len(self.deps.peers.all()))
+        yield CounterMetricFamily(
+            "scale_agent_hub_operations_forwarded",
+            "Operations forwarded to the replica streaming their account",
+            value=self.deps.operations.forwarded,
         )

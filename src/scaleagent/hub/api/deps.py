@@ -12,6 +12,10 @@ from ..agents.link import AgentLinkService
 from ..agents.registry import Registry
 from ..agents.routing import OperationRouter
 from ..cache.cache import Cache
+from ..replicas.assignments import Assignments
+from ..replicas.forwarding import Forwarder
+from ..replicas.operations import ReplicaOperations
+from ..replicas.peers import PeerSet
 from ..tasks import TaskRunner
 
 __all__ = ["ApiDeps"]
@@ -27,3 +31,12 @@ class ApiDeps:
     tasks: TaskRunner
     router: OperationRouter
     link: AgentLinkService  # its count of refused streams, for /metrics
+    peers: PeerSet
+    operations: ReplicaOperations
+    # With replicas (replicas.cluster other than none): who streams what, and the client to the others.
+    assignments: Assignments | None = None
+    forwarder: Forwarder | None = None
+
+    @property
+    def replicated(self) -> bool:
+        return self.assignments is not None and self.forwarder is not None

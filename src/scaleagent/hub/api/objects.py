@@ -5,6 +5,7 @@ objects (as Kubernetes Lists, or Clouddriver's manifest view), and the multi-clu
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated, Any
 
 import orjson
@@ -17,8 +18,13 @@ from ...kube.selectors import parse_label_selector
 from ...protocol.states import AgentAccountState
 from ..cache.cache import SubscriptionOverflow
 from ..cache.manifests import manifest_view
+from ..replicas.forwarding import PeerUnreachable
+from ..replicas.peers import Peer
 from .common import HubRoute
 from .deps import ApiDeps
+from .replicas import forwarded
+
+log = logging.getLogger("scaleagent.hub.api.objects")
 
 # Sent on an idle watch so proxies keep the stream open and clients notice a dead hub.
 HEARTBEAT_SECONDS = 15.0
@@ -86,20 +92,54 @@ def objects_router(deps: ApiDeps) -> APIRouter:
             f"{', ...' if len(set(followed)) > 12 else ''})"
         )
 
+    async def gathered(request: Request, path: str, local: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """`local`, then each other replica's answer to `path` (answered there from what it holds);
+        a replica that does not answer is left out and logged."""
+        if not deps.replicated or forwarded(request):
+            return [local]
+        assert deps.forwarder is not None
+        forwarder = deps.forwarder
+
+        async def one(peer: Peer) -> list[dict[str, Any]]:
+            try:
+                answer = await forwarder.request(peer.id, peer.base_url, "GET", path, timeout=10.0)
+                doc = answer.json() if answer.status == 200 else None
+            except (PeerUnreachable, ValueError) as e:
+                log.warning("replica %s left out of %s: %s", peer.id, path, e)
+                return []
+            return [d for d in doc if isinstance(d, dict)] if isinstance(doc, list) else []
+
+        return [local, *await asyncio.gather(*(one(p) for p in deps.peers.others()))]
+
     @router.get(
-        "/armory/agents", response_model=list[AgentInfo], tags=["agents"], summary="Agents connected to this hub"
+        "/armory/agents",
+        response_model=list[AgentInfo],
+        tags=["agents"],
+        summary="Agents connected to the hub (every replica's, each with its `replica`)",
     )
-    async def agents() -> list[dict[str, Any]]:
-        return [s.info() for s in registry.sessions.values()]
+    async def agents(request: Request) -> list[dict[str, Any]]:
+        parts = await gathered(request, "/armory/agents", [s.info() for s in registry.sessions.values()])
+        return [a for part in parts for a in part]
 
     @router.get(
         "/api/v1/accounts",
         response_model=list[AccountInfo],
         tags=["accounts"],
-        summary="Accounts registered by agents, with their cluster's identity and cache counts",
+        summary="Accounts registered by agents, with their cluster's identity and cache counts (every replica's)",
     )
-    async def accounts() -> list[dict[str, Any]]:
-        return [registry.account_info(r) for r in sorted(registry.accounts.values(), key=lambda r: r.name)]
+    async def accounts(request: Request) -> list[dict[str, Any]]:
+        local = [registry.account_info(r) for r in sorted(registry.accounts.values(), key=lambda r: r.name)]
+        merged: dict[str, dict[str, Any]] = {}
+        for part in await gathered(request, "/api/v1/accounts", local):
+            for doc in part:
+                name = doc.get("name")
+                # Where several replicas know an account, the one streaming it speaks for it.
+                if not isinstance(name, str):
+                    continue
+                known = merged.get(name)
+                if known is None or _RANK.get(str(doc.get("state")), 0) > _RANK.get(str(known.get("state")), 0):
+                    merged[name] = doc
+        return [merged[n] for n in sorted(merged)]
 
     @router.get("/api/v1/accounts/{account}", response_model=AccountInfo, tags=["accounts"], summary="One account")
     async def account(account: str) -> dict[str, Any]:
@@ -184,8 +224,11 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         namespace: Annotated[list[str], Query()] = [],  # noqa: B006
     ) -> StreamingResponse:
         subscription = cache.subscribe(accounts=_split(account), kinds=_split(kind), namespaces=_split(namespace))
+        stream = _sse(subscription, request)
+        if deps.replicated and not forwarded(request):
+            stream = _gathered_sse(deps, subscription, request)
         return StreamingResponse(
-            _sse(subscription, request),
+            stream,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -195,6 +238,105 @@ def objects_router(deps: ApiDeps) -> APIRouter:
 
 def _split(values: list[str]) -> list[str]:
     return [v for value in values for v in value.split(",") if v]
+
+
+_RANK = {"ACTIVE": 2, "DISCONNECTED": 1, "ORPHANED": 0}
+
+_PEER_QUEUE = 10_000
+"""Frames from the replicas waiting to be written to one watcher: beyond it the watcher is too
+slow, and its stream ends with an error as a local one does (SubscriptionOverflow)."""
+
+
+def _frame(change: Any) -> bytes:
+    doc = {
+        "account": change.account,
+        "type": change.type,
+        "kind": change.kind,
+        "group": change.group,
+        "namespace": change.namespace,
+        "name": change.name,
+        "resourceVersion": change.resource_version,
+    }
+    if change.object:
+        doc["object"] = orjson.Fragment(change.object)
+    return b"event: " + change.type.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+
+def _error_frame(message: str) -> bytes:
+    return b"event: error\ndata: " + orjson.dumps({"message": message}) + b"\n\n"
+
+
+async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> Any:
+    """This replica's changes and every other replica's (their own watch, one hop), in one stream.
+    It ends with an `error` event when a replica's stream breaks or the set of replicas changes,
+    since an account may then move: the client rereads the objects and watches again, as after
+    an overflow."""
+    assert deps.forwarder is not None
+    forwarder = deps.forwarder
+    queue: asyncio.Queue[bytes] = asyncio.Queue(_PEER_QUEUE)
+    ended = asyncio.Event()
+
+    def put(frame: bytes) -> None:
+        if ended.is_set():
+            return
+        if frame.startswith(b"event: error") or queue.full():
+            ended.set()
+            frame = (
+                frame
+                if frame.startswith(b"event: error")
+                else _error_frame(
+                    f"subscription ended: the reader fell more than {_PEER_QUEUE} changes behind; "
+                    "re-read the objects and watch again"
+                )
+            )
+        queue.put_nowait(frame)
+
+    async def local() -> None:
+        async with subscription:
+            try:
+                async for change in subscription:
+                    put(_frame(change))
+            except SubscriptionOverflow as e:
+                put(_error_frame(str(e)))
+        put(_error_frame(f"hub replica {deps.replica} is stopping; watch again"))
+
+    async def peer(p: Peer) -> None:
+        path = "/api/v1/watch" + (f"?{request.url.query}" if request.url.query else "")
+        buffer = b""
+        try:
+            async for chunk in forwarder.stream(p.id, p.base_url, path):
+                buffer += chunk
+                *frames, buffer = buffer.split(b"\n\n")
+                for frame in frames:
+                    if frame and not frame.startswith(b":"):
+                        put(frame + b"\n\n")
+            why = "ended its stream"
+        except PeerUnreachable as e:
+            why = e.reason
+        put(_error_frame(f"hub replica {p.id} {why}: re-read the objects and watch again"))
+
+    def peers_changed(_: Any) -> None:
+        put(_error_frame("the set of hub replicas changed: re-read the objects and watch again"))
+
+    tasks = [asyncio.create_task(local())] + [asyncio.create_task(peer(p)) for p in deps.peers.others()]
+    deps.peers.listeners.append(peers_changed)
+    try:
+        while True:
+            try:
+                frame = await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return
+                yield b": heartbeat\n\n"
+                continue
+            yield frame
+            if frame.startswith(b"event: error"):
+                return
+    finally:
+        deps.peers.listeners.remove(peers_changed)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _sse(subscription: Any, request: Request) -> Any:
@@ -213,15 +355,4 @@ async def _sse(subscription: Any, request: Request) -> Any:
             except SubscriptionOverflow as e:
                 yield b"event: error\ndata: " + orjson.dumps({"message": str(e)}) + b"\n\n"
                 return
-            doc = {
-                "account": change.account,
-                "type": change.type,
-                "kind": change.kind,
-                "group": change.group,
-                "namespace": change.namespace,
-                "name": change.name,
-                "resourceVersion": change.resource_version,
-            }
-            if change.object:
-                doc["object"] = orjson.Fragment(change.object)
-            yield b"event: " + change.type.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
+            yield _frame(change)

@@ -21,10 +21,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..accounts.errors import InvalidRequest
-from ..agents.routing import OperationReply, OperationRouter
-from ..cache.cache import Cache, version_at_least
-from ..tasks import PHASES, BadOperations, TaskRunner, parse_operations
+from ..agents.routing import OperationReply
+from ..cache.cache import version_at_least
+from ..replicas.forwarding import PeerUnreachable
+from ..store import StoreError
+from ..tasks import PHASES, RUNNING, BadOperations, parse_operations
 from .common import BodyTooLarge, HubRoute, error_response, read_json
+from .deps import ApiDeps
+from .replicas import forward, forwarded, holder_elsewhere
 
 __all__ = ["operations_router"]
 
@@ -46,8 +50,11 @@ def _failed(reply: OperationReply) -> Response:
     return error_response(code if 400 <= code <= 599 else 502, str(error.get("message") or "the operation failed"))
 
 
-def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache) -> APIRouter:
+def operations_router(deps: ApiDeps) -> APIRouter:
     api = APIRouter(tags=["operations"], route_class=HubRoute)
+    # Operations of the refresh and pod logs run here: the request was forwarded to this replica
+    # already when another one streams the account.
+    runner, router, cache = deps.tasks, deps.router, deps.cache
 
     async def submit(request: Request, single: str | None = None) -> Response:
         """A task for the body's operations (`single`: the body is one description of that type)."""
@@ -58,7 +65,7 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
             return error_response(413, str(e))
         except (InvalidRequest, BadOperations) as e:
             return error_response(400, str(e))
-        task = runner.submit(operations)
+        task = await runner.submit(operations)
         return JSONResponse({"id": task.id, "resourceUri": f"/task/{task.id}"})
 
     @api.post(
@@ -83,6 +90,7 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.",
     )
     async def get_task(
+        request: Request,
         task_id: str,
         waitSeconds: Annotated[
             float,
@@ -96,15 +104,40 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
     ) -> Response:
         task = runner.get(task_id)
         if task is None:
-            return error_response(
-                404, f"task {task_id} not found (tasks are kept in memory; a restarted hub has forgotten earlier ones)"
-            )
+            return await stored_task(request, task_id)
         if waitSeconds > 0 and not task.done.is_set():
             try:
                 await asyncio.wait_for(task.done.wait(), min(waitSeconds, MAX_TASK_WAIT_SECONDS))
             except TimeoutError:
                 pass
         return Response(orjson.dumps(task.document()), media_type="application/json")
+
+    async def stored_task(request: Request, task_id: str) -> Response:
+        """A task this replica does not run: from the replica running it (which can wait for its
+        end), or from the database when that replica is gone or the task has ended."""
+        try:
+            stored = await runner.stored(task_id)
+        except StoreError as e:
+            return error_response(503, f"task {task_id}: cannot read it from the database: {e}")
+        if stored is None:
+            return error_response(
+                404, f"task {task_id} not found (finished tasks beyond operations.maxTasks are forgotten)"
+            )
+        replica, doc = stored
+        if doc.get("state") == RUNNING and replica != deps.replica and deps.replicated and not forwarded(request):
+            assert deps.assignments is not None and deps.forwarder is not None
+            base_url = await deps.assignments.base_url(replica)
+            if base_url is not None:
+                path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                try:
+                    answer = await deps.forwarder.request(
+                        replica, base_url, "GET", path, headers=request.headers, timeout=MAX_TASK_WAIT_SECONDS + 10
+                    )
+                    if answer.status == 200:
+                        return Response(answer.body, media_type="application/json")
+                except PeerUnreachable:
+                    pass  # its replica is gone: the stored copy says where it was; the cleanup will end it
+        return Response(orjson.dumps(doc), media_type="application/json")
 
     @api.post(
         "/cache/kubernetes/manifest",
@@ -143,6 +176,11 @@ def operations_router(runner: TaskRunner, router: OperationRouter, cache: Cache)
         if not isinstance(name, str) or len(name.split()) != 2:
             return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
         kind, object_name = name.split()
+        peer = await holder_elsewhere(deps, account, forwarded(request))
+        if peer is not None:
+            return await forward(
+                deps, peer, "POST", request.url.path, orjson.dumps(body), {"content-type": "application/json"}, account
+            )
         cached = cache.get(account, kind, location, object_name)
         cached_rv = _resource_version(cached)
         ident = {"account": account, "location": location, "name": name}

@@ -1,0 +1,211 @@
+"""Replicas in the HTTP API: the seeds' endpoints between Clouddriver replicas, and how a request
+for an account streamed by another replica gets there.
+
+    GET  /armory/clouddrivers            the replicas discovery knows (seeds' shape)
+    GET  /armory/replicas/assignments    which replica and agent stream each account
+    POST /armory/agent/operations        an operation forwarded by another replica, run here
+    POST /armory/replicas/released       another replica let accounts go (agents standing by here may take them)
+
+`AccountForwarding` is an ASGI middleware: a GET under `/api/v1/accounts/{account}` or
+`/manifests/{account}` for an account that another replica's agent streams is answered by that
+replica. Requests that already made their hop (`X-Scale-Agent-Forwarded-By`) are answered here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..accounts.errors import InvalidRequest
+from ..replicas.forwarding import HOP_HEADER, PeerUnreachable
+from ..replicas.peers import Peer
+from ..store import StoreError
+from .common import BodyTooLarge, HubRoute, error_response, read_json
+from .deps import ApiDeps
+
+log = logging.getLogger("scaleagent.hub.api.replicas")
+
+_ACCOUNT_PATHS = (re.compile(r"^/api/v1/accounts/([^/]+)(?:/.*)?$"), re.compile(r"^/manifests/([^/]+)/.*$"))
+
+
+def forwarded(request: Request) -> bool:
+    """Whether another replica sent this request (it is answered here, never forwarded again)."""
+    return HOP_HEADER in request.headers
+
+
+async def holder_elsewhere(deps: ApiDeps, account: str, hop: bool) -> Peer | None:
+    """The other replica whose agent streams `account`, when the request should go there."""
+    if not deps.replicated or hop or deps.operations.local(account):
+        return None
+    assert deps.assignments is not None
+    try:
+        return await deps.assignments.locate(account)
+    except StoreError as e:
+        log.warning("account %s: cannot tell which replica streams it (%s); answering from this one", account, e)
+        return None
+
+
+async def forward(
+    deps: ApiDeps, peer: Peer, method: str, path_and_query: str, body: bytes | None, headers: Any, account: str
+) -> Response:
+    assert deps.forwarder is not None
+    try:
+        answer = await deps.forwarder.request(
+            peer.id, peer.base_url, method, path_and_query, body=body, headers=headers
+        )
+    except PeerUnreachable as e:
+        if deps.assignments is not None:
+            deps.assignments.forget_location(account)
+        return error_response(
+            503,
+            f"account {account!r} is streamed through hub replica {peer.id}, which is unreachable ({e.reason}); "
+            "its agent reconnects to another replica, try again shortly",
+        )
+    return Response(answer.body, status_code=answer.status, media_type=answer.content_type or None)
+
+
+class AccountForwarding:
+    """ASGI middleware: account-scoped GETs go to the replica that streams the account."""
+
+    def __init__(self, app: ASGIApp, deps: ApiDeps) -> None:
+        self.app, self.deps = app, deps
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or not self.deps.replicated:
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        account = next((m.group(1) for p in _ACCOUNT_PATHS if (m := p.match(path))), None)
+        if account is None:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        peer = await holder_elsewhere(self.deps, account, HOP_HEADER.lower() in headers)
+        if peer is None:
+            await self.app(scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        raw_path = scope.get("raw_path") or path.encode()
+        target = raw_path.decode("latin-1") + (f"?{query}" if query else "")
+        response = await forward(self.deps, peer, "GET", target, None, headers, account)
+        await response(scope, receive, send)
+
+
+def replicas_router(deps: ApiDeps) -> APIRouter:
+    api = APIRouter(tags=["replicas"], route_class=HubRoute)
+
+    @api.get(
+        "/armory/clouddrivers",
+        summary="The hub replicas discovery knows",
+        description="Each `{baseUrl, id, lastUpdated, ready}`, as the seeds show Clouddriver replicas; "
+        "`ready` follows the pod's readiness. One replica lists only itself.",
+    )
+    async def clouddrivers() -> list[dict[str, Any]]:
+        return [p.document() for p in deps.peers.all()]
+
+    @api.get("/armory/replicas/assignments", summary="Which replica and agent stream each account")
+    async def assignments() -> Response:
+        if deps.assignments is None:
+            return error_response(404, "this hub runs as one replica (replicas.cluster: none): nothing is assigned")
+        try:
+            rows = await deps.assignments.shared.assignments()
+        except StoreError as e:
+            return error_response(503, str(e))
+        return Response(orjson.dumps([r.document() for r in rows]), media_type="application/json")
+
+    @api.post(
+        "/armory/agent/operations",
+        summary="Run an operation forwarded by another replica on this replica's agent",
+        description='Body `{"operation": {id, account, type, request, timeoutMs}}`; the answer is the '
+        "agent's result, once this replica's cache shows the change. Never forwarded further.",
+    )
+    async def operations(request: Request) -> Response:
+        try:
+            body = await read_json(request, 'the body is empty: send {"operation": {...}}')
+        except BodyTooLarge as e:
+            return error_response(413, str(e))
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        op = body.get("operation") if isinstance(body, dict) else None
+        problems = _operation_problems(op)
+        if problems:
+            return error_response(400, "; ".join(problems))
+        assert isinstance(op, dict)
+        timeout = min(op["timeoutMs"], 3_600_000) / 1000
+        reply = await deps.router.run(op["account"], op["type"], op.get("request") or {}, timeout, op["id"])
+        if reply.ok and reply.expect:
+            missed = await deps.cache.wait_for(op["account"], reply.expect, min(timeout, 10.0))
+            reply.cache_missed = [f"{x.kind} {x.name}" for x in missed]
+        elif reply.ok:
+            reply.cache_missed = []
+        return Response(orjson.dumps(reply.document()), media_type="application/json")
+
+    @api.post("/armory/replicas/released", summary="Another replica let these accounts go")
+    async def released(request: Request) -> JSONResponse:
+        try:
+            body = await read_json(request, 'the body is empty: send {"accounts": [...]}')
+        except BodyTooLarge as e:
+            return error_response(413, str(e))
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        accounts = body.get("accounts") if isinstance(body, dict) else None
+        if not isinstance(accounts, list) or not all(isinstance(a, str) for a in accounts):
+            return error_response(400, 'the body must be {"accounts": ["name", ...]}')
+        if deps.assignments is not None:
+            deps.assignments.released_elsewhere(accounts)
+        return JSONResponse({"accounts": accounts})
+
+    async def names_of(request: Request) -> list[str] | Response:
+        if not forwarded(request):
+            return error_response(403, "only hub replicas send this (with the X-Scale-Agent-Forwarded-By header)")
+        try:
+            body = await read_json(request, 'the body is empty: send {"names": [...]}')
+        except BodyTooLarge as e:
+            return error_response(413, str(e))
+        except InvalidRequest as e:
+            return error_response(400, str(e))
+        names = body.get("names") if isinstance(body, dict) else None
+        if not isinstance(names, list) or not all(isinstance(n, str) and 0 < len(n) <= 253 for n in names):
+            return error_response(400, 'the body must be {"names": ["account", ...]}')
+        return names
+
+    @api.post("/armory/replicas/migrate", summary="Send accounts another replica has no agent for to this one's")
+    async def migrate(request: Request) -> Response:
+        names = await names_of(request)
+        if isinstance(names, Response):
+            return names
+        try:
+            taken = await deps.accounts.migrate_here(names)
+        except StoreError as e:
+            return error_response(503, str(e))
+        return JSONResponse({"taken": taken})
+
+    @api.post("/armory/replicas/stop", summary="This replica's agents stop following these accounts")
+    async def stop(request: Request) -> Response:
+        names = await names_of(request)
+        if isinstance(names, Response):
+            return names
+        return JSONResponse({"warnings": await deps.accounts.stop_here(names)})
+
+    return api
+
+
+def _operation_problems(op: Any) -> list[str]:
+    if not isinstance(op, dict):
+        return ['the body must be {"operation": {"id", "account", "type", "request", "timeoutMs"}}']
+    problems = []
+    for key in ("id", "account", "type"):
+        if not isinstance(op.get(key), str) or not op.get(key) or len(op[key]) > 253:
+            problems.append(f"operation.{key}: a string of 1-253 characters is required")
+    if not isinstance(op.get("request", {}), dict):
+        problems.append("operation.request must be a JSON object")
+    timeout = op.get("timeoutMs")
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 3_600_000:
+        problems.append("operation.timeoutMs: a whole number from 1 to 3600000 is required")
+    return problems

@@ -1,0 +1,1 @@
+"""Hub replicas as peers: discovery of the others, who holds which account, forwarding to them."""

@@ -1,0 +1,153 @@
+"""Operations for any account, from any replica: run here when this replica's agent streams the
+account, else forwarded to the replica that does (`POST /armory/agent/operations`), whose answer
+carries the result back to the replica holding the caller's request.
+
+When the holder dies with the operation in flight, the operation waits (until its own deadline)
+for the account's agent to reconnect to another replica, and is sent there again with the same
+id: the agent remembers the ids it ran and answers a repeat from memory, so nothing is applied
+twice. If no replica takes the account in time, the operation fails saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from ..agents.registry import ACTIVE, Registry
+from ..agents.routing import ANSWER_GRACE_SECONDS, OperationReply, OperationRouter
+from ..store import StoreError
+from .assignments import Assignments
+from .forwarding import Forwarder, PeerUnreachable
+
+log = logging.getLogger("scaleagent.hub.replicas.operations")
+
+OPERATIONS_PATH = "/armory/agent/operations"
+"""The seeds' endpoint for an operation forwarded by another replica."""
+
+
+class ReplicaOperations:
+    """What tasks call to run an operation; the same `run` as `OperationRouter`'s."""
+
+    def __init__(
+        self,
+        router: OperationRouter,
+        registry: Registry,
+        assignments: Assignments | None = None,
+        forwarder: Forwarder | None = None,
+    ) -> None:
+        self.router, self.registry = router, registry
+        self.assignments, self.forwarder = assignments, forwarder
+        self.forwarded = 0
+        self.resent = 0
+
+    @property
+    def sent(self) -> int:
+        return self.router.sent
+
+    def local(self, account: str) -> bool:
+        """Whether an agent on this replica streams the account now."""
+        record = self.registry.accounts.get(account)
+        return record is not None and record.state == ACTIVE and bool(record.sessions)
+
+    async def run(
+        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+    ) -> OperationReply:
+        op_id = op_id or uuid.uuid4().hex
+        if self.assignments is None or self.forwarder is None:
+            return await self.router.run(account, type_, request, timeout, op_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        lost: PeerUnreachable | None = None
+        waited = 0.1
+        while True:
+            remaining = deadline - loop.time()
+            if self.local(account):
+                return await self.router.run(account, type_, request, max(remaining, 0.1), op_id)
+            if lost is not None:
+                self.assignments.forget_location(account)  # waiting for it to move: ask the database
+            try:
+                peer = await self.assignments.locate(account)
+            except StoreError as e:
+                return OperationReply.failure(503, "ServiceUnavailable", f"cannot tell which replica serves it: {e}")
+            if peer is not None and (lost is None or peer.id != lost.replica):
+                try:
+                    return await self._forward(peer.id, peer.base_url, account, type_, request, remaining, op_id)
+                except PeerUnreachable as e:
+                    log.warning(
+                        "operation %s on account %s: %s; waiting for another replica to take it", op_id, account, e
+                    )
+                    lost = e
+            elif peer is None and lost is None and not await self._coming_back(account):
+                return await self.router.run(account, type_, request, max(remaining, 0.1), op_id)
+            if loop.time() + waited >= deadline:
+                if lost is None:
+                    return OperationReply.failure(
+                        503,
+                        "ServiceUnavailable",
+                        f"no hub replica streams account {account!r} now (its replica stopped and its agent has "
+                        "not reconnected within the operation's time); operations need a connected agent",
+                    )
+                return OperationReply.failure(
+                    503,
+                    "ServiceUnavailable",
+                    f"hub replica {lost.replica} streaming account {account!r} went away with the operation in "
+                    f"flight ({lost.reason}), and no other replica took the account within the operation's "
+                    "time; the operation may have been carried out",
+                )
+            # A retry with backoff while the account moves to another replica (its agent reconnects).
+            await asyncio.sleep(waited)
+            waited = min(waited * 2, 2.0)
+
+    async def _coming_back(self, account: str) -> bool:
+        """Whether an account no replica streams now is expected back: it is ACTIVE in the accounts
+        table, so its replica stopped (and was cleaned up) while its agent reconnects elsewhere."""
+        assert self.assignments is not None
+        try:
+            row = await self.assignments.shared.store.get_account(account)
+        except StoreError:
+            return False
+        return row is not None and row.state == "ACTIVE"
+
+    async def _forward(
+        self, replica: str, base_url: str, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str
+    ) -> OperationReply:
+        assert self.forwarder is not None
+        self.forwarded += 1
+        body = orjson.dumps(
+            {
+                "operation": {
+                    "id": op_id,
+                    "account": account,
+                    "type": type_,
+                    "request": request,
+                    "timeoutMs": int(max(timeout, 0.1) * 1000),
+                    "deadlineUnixMs": int((time.time() + timeout) * 1000),
+                }
+            }
+        )
+        answer = await self.forwarder.request(
+            replica,
+            base_url,
+            "POST",
+            OPERATIONS_PATH,
+            body=body,
+            headers={"content-type": "application/json"},
+            timeout=timeout + ANSWER_GRACE_SECONDS + 5.0,  # the holder also waits for its cache
+        )
+        try:
+            doc = answer.json()
+        except orjson.JSONDecodeError:
+            doc = None
+        if answer.status != 200:
+            message = doc.get("error") if isinstance(doc, dict) else None
+            return OperationReply.failure(
+                answer.status if 400 <= answer.status <= 599 else 502,
+                "BadGateway",
+                f"hub replica {replica} refused the forwarded operation: {message or answer.body[:200]!r}",
+            )
+        return OperationReply.from_document(doc, replica)
