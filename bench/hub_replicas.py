@@ -11,12 +11,15 @@ kubesim (its own process) holds the cluster; one agent follows it, given every h
    for a read: `GET /api/v1/accounts/c0/objects?kind=ConfigMap&name=...` from hub-a and hub-b.
    Medians, p95 and the ratio forwarded/direct.
 2. **failover**: the hub streaming the account is killed with SIGKILL; measured from the kill to
-   the moment another hub answers the account's objects again (`GET .../objects?kind=Namespace`
-   non-empty with the account ACTIVE, polled every 20 ms from a surviving hub). The killed hub is
-   started again (same name and ports) before the next round.
+   the moment another hub serves the account again, whole: ACTIVE, its agent watching, and at
+   least as many objects cached as before the kill (`GET /api/v1/accounts/c0`, polled every 20 ms
+   from a surviving hub). The killed hub is started again (same name and ports) before the next
+   round. With `--objects N` the cluster is seeded with N ConfigMaps (bench/seeded_kubesim.py): the
+   time then includes the agent's relist and snapshot of a larger account.
 
     .venv/bin/python bench/hub_replicas.py              # the full run
     .venv/bin/python bench/hub_replicas.py --quick      # smoke run, under a minute
+    .venv/bin/python bench/hub_replicas.py --objects 20000 --ops 50 --reads 100   # a larger account
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, percentiles
+from common import machine, percentiles, start_seeded_kubesim
 from processes import Proc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,13 +139,15 @@ def wait(predicate, timeout: float = 60.0, step: float = 0.02) -> float:
     raise TimeoutError("condition not reached")
 
 
-def served(url: str, account: str) -> bool:
-    c = Client(url)
-    status, doc = c.call("GET", f"/api/v1/accounts/{account}")
-    if status != 200 or doc.get("state") != "ACTIVE":
-        return False
-    status, doc = c.call("GET", f"/api/v1/accounts/{account}/objects?kind=Namespace")
-    return status == 200 and bool(doc["items"])
+def served(url: str, account: str, objects: int = 1) -> bool:
+    """The account ACTIVE on the hub at `url`, its agent's snapshot in: at least `objects` cached."""
+    status, doc = Client(url).call("GET", f"/api/v1/accounts/{account}")
+    return (
+        status == 200
+        and doc.get("state") == "ACTIVE"
+        and doc.get("agentState") == "watching"
+        and doc["objects"] >= objects
+    )
 
 
 def holder(url: str, account: str) -> str:
@@ -174,6 +179,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=200, help="tasks per path (direct, forwarded)")
     parser.add_argument("--reads", type=int, default=500, help="reads per path")
     parser.add_argument("--rounds", type=int, default=5, help="failover rounds")
+    parser.add_argument("--objects", type=int, default=0, help="ConfigMaps seeded into the cluster (0: none)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -181,36 +187,30 @@ def main() -> None:
     drop = None
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        kubesim = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "scaleagent.cli",
-                "kubesim",
-                "--kubeconfig-dir",
-                str(tmp / "kube"),
-                "--clusters",
-                "1",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            cwd=ROOT,
-        )
-        hubs = agent = None
-        try:
+        if args.objects:
+            kubesim, info = start_seeded_kubesim(tmp / "kube", "--kinds", "1", "--objects", str(args.objects))
+            kubeconfig = info["kubeconfigs"][0]
+        else:
+            kubesim = subprocess.Popen(
+                [sys.executable, "-m", "scaleagent.cli", "kubesim", "--kubeconfig-dir", str(tmp / "kube")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=ROOT,
+            )
             for line in kubesim.stdout:
                 if "kubesim: ready" in line:
                     break
+            kubeconfig = str(tmp / "kube" / "kubesim-0.yaml")
+        hubs = agent = None
+        try:
             database, drop = make_database()
             hubs = Hubs(tmp, database, ["hub-a", "hub-b", "hub-c"])
             config = tmp / "agent.yaml"
             config.write_text(
                 yaml.safe_dump(
                     {
-                        "kubernetes": {
-                            "accounts": [{"name": "c0", "kubeconfigFile": str(tmp / "kube" / "kubesim-0.yaml")}]
-                        },
+                        "kubernetes": {"accounts": [{"name": "c0", "kubeconfigFile": kubeconfig}]},
                         "server": {"port": 0},
                         "clouddriver": {
                             "grpc": [f"localhost:{hubs.ports[n][0]}" for n in ("hub-a", "hub-b", "hub-c")],
@@ -224,7 +224,8 @@ def main() -> None:
             agent = Proc(["agent", "--config", str(config)])
             wait(lambda: served(hubs.url("hub-b"), "c0"))
             assert holder(hubs.url("hub-b"), "c0") == "hub-a"
-            print(f"# hub replicas: {machine()}; PostgreSQL; 3 hubs, 1 agent, kubesim")
+            total = Client(hubs.url("hub-a")).call("GET", "/api/v1/accounts/c0")[1]["objects"]
+            print(f"# hub replicas: {machine()}; PostgreSQL; 3 hubs, 1 agent, kubesim; {total} objects in the account")
 
             # 1. forwarding
             direct, forwarded = Client(hubs.url("hub-a")), Client(hubs.url("hub-b"))
@@ -256,9 +257,15 @@ def main() -> None:
             for r in range(args.rounds):
                 victim = holder(hubs.url("hub-c" if hubs.procs["hub-c"].proc.poll() is None else "hub-a"), "c0")
                 survivor = next(n for n in hubs.ports if n != victim)
+                total = Client(hubs.url(survivor)).call("GET", "/api/v1/accounts/c0")[1]["objects"]
                 killed = time.monotonic()
                 hubs.kill(victim)
-                wait(lambda s=survivor, v=victim: served(hubs.url(s), "c0") and holder(hubs.url(s), "c0") != v)
+                wait(
+                    lambda s=survivor, v=victim, n=total: (
+                        served(hubs.url(s), "c0", n) and holder(hubs.url(s), "c0") != v
+                    ),
+                    timeout=300,
+                )
                 elapsed = time.monotonic() - killed
                 results.append(elapsed)
                 now = holder(hubs.url(survivor), "c0")

@@ -9,12 +9,8 @@ from pathlib import Path
 import aiomysql
 import asyncpg
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from scaleagent.hub.store import async_url
-from scaleagent.hub.store.models import VERSION_TABLE, Base
-from tests.databases import BACKENDS, HOW_TO_START, MY, PG, run_async, unique_db_name
+from tests.databases import BACKENDS, HOW_TO_START, MY, PG, emptied, run_async, unique_db_name
 from tests.helpers import KubesimProcess, start_kubesim
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
@@ -134,12 +130,4 @@ async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'data' / 'hub.db'}"  # 'data' does not exist yet
     url: str = request.getfixturevalue("postgres_db" if request.param == "postgresql" else "mariadb_db")
-    engine = create_async_engine(async_url(url))
-    try:
-        async with engine.begin() as conn:
-            for table in Base.metadata.sorted_tables:
-                await conn.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
-            await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
-    finally:
-        await engine.dispose()
-    return url
+    return emptied(url)

@@ -37,3 +37,26 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
 
 def unique_db_name() -> str:
     return f"scaleagent_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+def emptied(url: str) -> str:
+    """`url` (the session's PostgreSQL or MariaDB database), emptied of the tables earlier tests
+    left: the hubs about to use it start from revision 0, as on a new installation."""
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from scaleagent.hub.store import async_url
+    from scaleagent.hub.store.models import VERSION_TABLE, Base
+
+    async def drop() -> None:
+        engine = create_async_engine(async_url(url))
+        try:
+            async with engine.begin() as conn:
+                for table in Base.metadata.sorted_tables:
+                    await conn.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
+                await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
+        finally:
+            await engine.dispose()
+
+    run_async(drop)
+    return url

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.databases import emptied
 from tests.helpers import AgentProcess, HubProcess, KubesimProcess, free_port, start_kubesim, write_yaml
 
 NAMES = ("hub-a", "hub-b", "hub-c")
@@ -217,7 +218,7 @@ def test_three_replicas_answer_alike_and_survive_a_kill_in_the_middle_of_100_ope
         where, ip = Path(real), host_address()
     else:
         where, ip = cluster.admin(0), "127.0.0.1"
-    database_url = _fresh(request.getfixturevalue(database))
+    database_url = emptied(request.getfixturevalue(database))
     replicas = Replicas(tmp_path, database_url, where, ip)
     accounts = [f"acct-{i}" for i in range(3)]
     agents: list[AgentProcess] = []
@@ -342,26 +343,3 @@ def _config_map(name: str) -> dict:
         "metadata": {"name": name, "namespace": "default"},
         "data": {"k": "v"},
     }
-
-
-def _fresh(url: str) -> str:
-    """The session's database, emptied of the tables earlier tests left (every hub migrates it)."""
-    from sqlalchemy import text
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from scaleagent.hub.store import async_url
-    from scaleagent.hub.store.models import VERSION_TABLE, Base
-    from tests.databases import run_async
-
-    async def drop() -> None:
-        engine = create_async_engine(async_url(url))
-        try:
-            async with engine.begin() as conn:
-                for table in Base.metadata.sorted_tables:
-                    await conn.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
-                await conn.execute(text(f"DROP TABLE IF EXISTS {VERSION_TABLE}"))
-        finally:
-            await engine.dispose()
-
-    run_async(drop)
-    return url

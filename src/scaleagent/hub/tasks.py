@@ -291,7 +291,10 @@ class TaskRunner:
             for i, op in enumerate(operations):
                 if not await self._one(task, op, f"{task.id}-{i}"):
                     return
-                await self._save(task)
+                if i < len(operations) - 1:
+                    # Progress, for a reader after this replica died; the end is saved once the
+                    # caller has it (`_run`): until then other replicas ask this one.
+                    await self._save(task)
             task.finish(COMPLETED, "Orchestration completed.")
         except asyncio.CancelledError:
             task.exception = {
