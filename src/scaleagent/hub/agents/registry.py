@@ -42,7 +42,9 @@ ACTIVE, DISCONNECTED, ORPHANED = Presence.ACTIVE, Presence.DISCONNECTED, Presenc
 class Claims(Protocol):
     """The replicas' referee (hub/replicas/assignments.py): which replica's agent streams an account."""
 
-    async def claim(self, session: Session, account: str, connections: int) -> str | None: ...
+    async def claim(
+        self, session: Session, account: str, connections: int, api_host: str = "", fingerprint: str = ""
+    ) -> str | None: ...
 
     def connections_changed(self, account: str, connections: int, agent: str = "") -> None: ...
 
@@ -262,7 +264,7 @@ class Registry:
                 return local
         if self.claims is None:
             return None
-        why = await self.claims.claim(session, name, 1)
+        why = await self.claims.claim(session, name, 1, api_host, fingerprint)
         if self.sessions.get(session.id) is not session:
             if why is None:
                 self.claims.connections_changed(name, 0)

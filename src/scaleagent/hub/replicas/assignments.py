@@ -156,8 +156,11 @@ class Assignments:
 
     # --- what the registry asks -----------------------------------------------------------------
 
-    async def claim(self, session: Session, account: str, connections: int) -> str | None:
-        """Let `session` stream `account`; None if it may, else why it stands by."""
+    async def claim(
+        self, session: Session, account: str, connections: int, api_host: str = "", fingerprint: str = ""
+    ) -> str | None:
+        """Let `session` stream `account`; None if it may, else why it stands by (or, when the
+        account stands for another cluster, why it is refused)."""
         won, row = await self.shared.claim(
             account, replica=self.me.id, agent=session.agent_id, session_id=session.id, connections=connections
         )
@@ -174,7 +177,25 @@ class Assignments:
         self.forget_location(account)
         if won:
             return None
+        other = await self._other_cluster(account, api_host, fingerprint)
+        if other:
+            return f"{other}, served by agent {row.agent} on hub replica {row.replica}"
         return f"{STANDING_BY} agent {row.agent} on hub replica {row.replica} streams account {account!r}"
+
+    async def _other_cluster(self, account: str, api_host: str, fingerprint: str) -> str:
+        """Why the account's recorded cluster is not the one described ("" when it is, or unknown)."""
+        stored = await self.shared.store.get_account(account)
+        if stored is None or not stored.kube_host or not api_host:
+            return ""
+        same_host = stored.kube_host == api_host
+        same_cert = not stored.cert_fingerprint or not fingerprint or stored.cert_fingerprint == fingerprint
+        if same_host and same_cert:
+            return ""
+        return (
+            f"account {account!r} is already registered for another cluster (API server {stored.kube_host}, "
+            f"certificate fingerprint {stored.cert_fingerprint or 'unknown'}); this agent describes API server "
+            f"{api_host} with fingerprint {fingerprint or 'unknown'}"
+        )
 
     async def _is_dead(self, replica: str) -> bool:
         if replica == self.me.id:

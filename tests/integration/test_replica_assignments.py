@@ -1,0 +1,70 @@
+"""A replica's claims on accounts, against a real database and a real peer's HTTP liveness check:
+a live holder keeps its account (the other agent stands by, or is refused when it describes
+another cluster under the name); a holder that refuses connections is taken over at once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from scaleagent.hub.agents.registry import Session
+from scaleagent.hub.replicas.assignments import Assignments
+from scaleagent.hub.replicas.forwarding import Forwarder
+from scaleagent.hub.replicas.peers import Peer, PeerSet
+from scaleagent.hub.store import Store
+from scaleagent.hub.store.shared import SharedStore
+from tests.helpers import free_port
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with await Store.open(f"sqlite:///{tmp_path / 'hub.db'}") as opened:
+        yield opened
+
+
+async def replica(store: Store, name: str, port: int) -> Assignments:
+    me = Peer(name, f"http://127.0.0.1:{port}")
+    assignments = Assignments(SharedStore(store), PeerSet(me), Forwarder(name), period=60, missed_periods=3)
+    await assignments.shared.heartbeat(name, me.base_url)
+    return assignments
+
+
+def session(agent: str) -> Session:
+    return Session(agent_id=agent, zone_id="", agent_version="test", peer="test", replica="r")
+
+
+async def live_health(port: int) -> web.AppRunner:
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def test_a_live_holder_keeps_the_account_and_a_dead_one_is_taken_over(store: Store) -> None:
+    port_a = free_port()
+    a = await replica(store, "hub-a", port_a)
+    b = await replica(store, "hub-b", free_port())
+    await store.upsert_account("prod", kube_host="https://10.0.0.1:6443", cert_fingerprint="AA")
+    runner = await live_health(port_a)
+    try:
+        assert await a.claim(session("agent-1"), "prod", 1, "https://10.0.0.1:6443", "AA") is None
+        why = await b.claim(session("agent-2"), "prod", 1, "https://10.0.0.1:6443", "AA")
+        assert why is not None and why.startswith("standing by:") and "hub-a" in why
+        why = await b.claim(session("agent-3"), "prod", 1, "https://10.9.9.9:6443", "ZZ")
+        assert why is not None and "already registered for another cluster" in why
+    finally:
+        await runner.cleanup()
+    # hub-a no longer answers (killed): the next claim takes the account over.
+    assert await b.claim(session("agent-2"), "prod", 1, "https://10.0.0.1:6443", "AA") is None
+    holder = await b.holder("prod")
+    assert holder is not None and (holder.replica, holder.agent) == ("hub-b", "agent-2")
+    for r in (a, b):
+        await r.forwarder.close()
