@@ -32,6 +32,10 @@ measured at the end on its own, since polling runs during the connect phase.
     .venv/bin/python bench/hub_sessions.py --quick                      # smoke run, 100 sessions, under a minute
     .venv/bin/python bench/hub_sessions.py                              # 1,000 sessions, SQLite
     .venv/bin/python bench/hub_sessions.py --database postgresql://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/hub_sessions.py --database postgresql://postgres@127.0.0.1:5432/test --no-replicas
+
+To tell apart what the idle sessions cost: `--heartbeat 60` (a heartbeat a minute instead of the agent's
+10 s) and `--no-keepalive` (no HTTP/2 pings from the sessions; the agent sends one every 10 s).
 """
 
 from __future__ import annotations
@@ -109,8 +113,8 @@ def config_map(account: str, j: int) -> bytes:
 class Session:
     """One simulated agent: its own channel, its Caching and Operations streams."""
 
-    def __init__(self, i: int, target: str, objects: int, keepalive: bool = True) -> None:
-        self.i, self.target, self.objects = i, target, objects
+    def __init__(self, i: int, target: str, objects: int, keepalive: bool = True, heartbeat: int = 10) -> None:
+        self.i, self.target, self.objects, self.heartbeat = i, target, objects, heartbeat
         self.options = CHANNEL_OPTIONS + (KEEPALIVE_OPTIONS if keepalive else [])
         self.agent_id, self.account = f"bench-{i}", f"acct-{i}"
         digest = hashlib.sha256(self.account.encode()).hexdigest().upper()
@@ -147,7 +151,7 @@ class Session:
                     agent_id=self.agent_id,
                     agent_version=__version__,
                     dynamic_accounts_enabled=True,
-                    heartbeat_seconds=HEARTBEAT_SECONDS,
+                    heartbeat_seconds=self.heartbeat,
                     heartbeat_timeout_seconds=HEARTBEAT_SECONDS,
                     accounts=[self.describe("connecting")],
                 )
@@ -231,7 +235,7 @@ class Session:
         sequence = 0
         try:
             while True:
-                await asyncio.sleep(HEARTBEAT_SECONDS)
+                await asyncio.sleep(self.heartbeat)
                 sequence += 1
                 await self.caching.write(pb.CachingMessage(heartbeat=pb.Heartbeat(sequence=sequence)))
                 self.beats_sent += 1
@@ -400,7 +404,7 @@ async def bench(args: argparse.Namespace) -> None:
             cpu_start = cpu_seconds(hub.pid)
             busy0, total0 = machine_busy()
 
-            sessions = [Session(i, target, args.objects, args.keepalive) for i in range(n)]
+            sessions = [Session(i, target, args.objects, args.keepalive, args.heartbeat) for i in range(n)]
             poller = Poller(url, n, args.objects, args.poll)
             slots = asyncio.Semaphore(args.concurrency)
             opened: list[float] = []
@@ -493,6 +497,8 @@ async def bench(args: argparse.Namespace) -> None:
     mode = "with replicas (cluster: static, heartbeat 5 s, no peers)" if replicas else "no replicas"
     if not args.keepalive:
         mode += "; sessions without HTTP/2 keepalive pings"
+    if args.heartbeat != HEARTBEAT_SECONDS:
+        mode += f"; heartbeats every {args.heartbeat} s"
     print()
     print(
         f"hub sessions: {n:,} agent sessions, each its own channel, 1 account and {args.objects} ConfigMaps; "
@@ -558,6 +564,9 @@ def main() -> None:
     p.add_argument("--objects", type=int, default=10, help="ConfigMaps in each account's snapshot")
     p.add_argument("--hold", type=float, default=60.0, help="seconds of heartbeats only after all are ACTIVE")
     p.add_argument("--idle", type=float, default=20.0, help="seconds of the hub alone measured first (<= --hold)")
+    p.add_argument(
+        "--heartbeat", type=int, default=HEARTBEAT_SECONDS, help="seconds between a session's heartbeats (agent: 10)"
+    )
     p.add_argument(
         "--no-keepalive",
         dest="keepalive",

@@ -39,13 +39,16 @@ from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest, Sin
 
 log = logging.getLogger("scaleagent.agent.accounts")
 
-CONNECTING, SYNCING, WATCHING, ERROR, STOPPED = (
+CONNECTING, SYNCING, WATCHING, ERROR, STOPPED, STANDBY = (
     AgentAccountState.CONNECTING,
     AgentAccountState.SYNCING,
     AgentAccountState.WATCHING,
     AgentAccountState.ERROR,
     AgentAccountState.STOPPED,
+    AgentAccountState.STANDBY,
 )
+STANDING_BY = "standing by:"
+"""How the hub's refusal begins when another agent streams the account (hub/agents/registry.py)."""
 # Discovery and access reviews are bursts of small requests; each request in flight at once is a
 # pooled TLS connection that outlives the burst. Two at a time keeps an account's pool small.
 REQUEST_PARALLELISM = 2
@@ -131,7 +134,9 @@ class AccountRunner:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.run(), name=f"account {self.name}")
 
-    async def stop(self) -> None:
+    async def stop(self, quietly: bool = False) -> None:
+        """Stop following the account; `quietly`: without telling the hub it stopped (a state
+        the caller sets at once replaces it)."""
         if self._restarting is not None and self._restarting is not asyncio.current_task():
             self._restarting.cancel()  # stopped for good: a restart under way must not start it again
         if self._task:
@@ -140,7 +145,8 @@ class AccountRunner:
         await self._stop_watches(list(self.watches))
         await self._close_client()
         self.budget.forget(self.name)
-        self._set(STOPPED, "")
+        if not quietly:
+            self._set(STOPPED, "")
 
     async def _reset_connection(self) -> None:
         await self._stop_watches(list(self.watches))
@@ -212,7 +218,10 @@ class AccountRunner:
         return False
 
     def set_rejected(self, reason: str) -> None:
-        self._set(ERROR, f"rejected by the hub: {reason}")
+        if reason.startswith(STANDING_BY):
+            self._set(STANDBY, reason.removeprefix(STANDING_BY).strip())
+        else:
+            self._set(ERROR, f"rejected by the hub: {reason}")
 
     async def restart(self) -> None:
         """Start over from a fresh connection: every kind is listed (and so snapshotted) again."""
@@ -633,12 +642,14 @@ class AccountManager:
         await asyncio.gather(*(r.restart() for r in runners))
 
     async def reject(self, name: str, reason: str) -> None:
-        """The hub refused the account (another cluster has its name): stop it until the next resync."""
+        """The hub refused the account (another cluster has its name), or another agent streams it
+        (this one stands by): stop it until the next resync."""
         runner = self.runners.get(name)
         if runner is not None:
-            await runner.stop()
+            await runner.stop(quietly=True)
             runner.set_rejected(reason)
 
     def health(self) -> dict[str, Any]:
         accounts = [r.health() for r in self.runners.values()]
-        return {"status": "ok" if all(a["state"] == WATCHING for a in accounts) else "degraded", "accounts": accounts}
+        healthy = all(a["state"] in (WATCHING, STANDBY) for a in accounts)
+        return {"status": "ok" if healthy else "degraded", "accounts": accounts}

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def serve(config) -> int:
+    from .replicas.discovery import DiscoveryError
     from .service import Hub
     from .store import StoreError
 
@@ -50,7 +51,7 @@ async def serve(config) -> int:
         return 1
     try:
         await hub.start()
-    except (OSError, RuntimeError, StoreError) as e:
+    except (OSError, RuntimeError, StoreError, DiscoveryError) as e:
         print(f"scale-agent hub: cannot start: {e}", file=sys.stderr)
         await hub.stop()
         return 1

@@ -386,6 +386,17 @@ class ReplicasConfig(ConfigModel):
     def _base_url(cls, value: str) -> str:
         return check_base_url(value) if value else value
 
+    @model_validator(mode="after")
+    def _static_peers(self) -> ReplicasConfig:
+        if self.static and self.cluster != "static":
+            raise invalid(f"lists peers, but cluster is {self.cluster!r}: set cluster: static to use them", "static")
+        seen: set[str] = set()
+        for i, peer in enumerate(self.static):
+            if peer.id in seen:
+                raise invalid(f"replica {peer.id!r} is listed twice", "static", i, "id")
+            seen.add(peer.id)
+        return self
+
     @property
     def enabled(self) -> bool:
         return self.cluster != "none"
@@ -398,6 +409,10 @@ def check_base_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/") or parts.query:
         raise invalid(f"{value!r} is not a base URL such as http://10.0.15.246:7002 (scheme, host, port; no path)")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when asked for it
+    except ValueError:
+        raise invalid(f"{value!r}: the port must be a number from 0 to 65535") from None
     return value.rstrip("/")
 
 

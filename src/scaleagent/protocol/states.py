@@ -20,5 +20,8 @@ class AgentAccountState(StrEnum):
     """Its API server cannot be used (the reason says why); the agent keeps retrying."""
     STOPPED = "stopped"
     """The agent stopped following it (DeleteAccounts, or its file no longer names it)."""
+    STANDBY = "standby"
+    """Another agent streams the account (through this hub or another replica): this one stopped
+    watching it and is asked back (a resync) when that agent goes."""
     REJECTED = "rejected"
     """Set by the hub, never sent by an agent: the hub refused the agent's claim to the account."""

@@ -18,6 +18,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from ...protocol import PROTOCOL_VERSION, pb, pb_grpc
+from ...protocol.states import AgentAccountState
 from ..cache.cache import Cache
 from ..store import StoreError
 from .registry import Registry, Session
@@ -213,6 +214,8 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
     async def _account(self, session: Session, a: pb.Account) -> None:
         if not a.name or len(a.name) > MAX_NAME:
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "an account needs a name of 1-253 characters")
+        if a.state == AgentAccountState.STANDBY:
+            return  # the agent says it stands by, as told: nothing to register
         try:
             standing_by = await self.registry.admit(session, a.name, a.api_host, a.certificate_fingerprint)
         except StoreError as e:
@@ -220,8 +223,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             standing_by = f"the hub cannot reach its database to claim the account ({e}); it will ask again"
             log.error("account %s of agent %s: %s", a.name, session.agent_id, standing_by)
         if standing_by is not None:
-            if session.control is not None:
-                session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=standing_by)))
+            _refuse(session, a.name, standing_by)
             return
         try:
             properties = MessageToDict(a.properties) if a.HasField("properties") else {}
@@ -240,8 +242,8 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             kinds=list(a.kinds),
             properties=properties,
         )
-        if why is not None and session.control is not None:
-            session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=a.name, reason=why)))
+        if why is not None:
+            _refuse(session, a.name, why)
 
     def _apply(self, session: Session, events: Any) -> None:
         """Runs of one account go to the cache together; events of accounts not accepted are dropped."""
@@ -308,6 +310,15 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     session.operations_attached = False
                     session.operate = None
                     self.router.detached(session)
+
+
+def _refuse(session: Session, name: str, why: str) -> None:
+    """Tell the agent, once per reason: its answer (it stops the account and says so) must not be
+    refused again, or the two would go back and forth for as long as the refusal stands."""
+    if session.refused.get(name) == why or session.control is None:
+        return
+    session.refused[name] = why
+    session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=name, reason=why)))
 
 
 class _Heard:

@@ -65,6 +65,8 @@ class Session:
     connected_at: float = field(default_factory=time.time)
     accounts: set[str] = field(default_factory=set)
     rejected: dict[str, str] = field(default_factory=dict)
+    # The refusal last sent to the agent for each account (sent once per reason; link.py).
+    refused: dict[str, str] = field(default_factory=dict)
     events: int = 0
     batches: int = 0
     dropped: int = 0
@@ -271,6 +273,8 @@ class Registry:
             return "the session ended"
         if why is not None:
             self._stand_by(session, name, why)
+        else:
+            session.refused.pop(name, None)
         return why
 
     def _stand_by(self, session: Session, name: str, why: str) -> None:
@@ -297,9 +301,11 @@ class Registry:
         for session_id in record.sessions:
             session = self.sessions.get(session_id)
             if session is not None:
-                self._stand_by(session, name, f"{STANDING_BY} {why}")
+                reason = f"{STANDING_BY} {why}"
+                self._stand_by(session, name, reason)
+                session.refused[name] = reason
                 if session.control is not None:
-                    session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=name, reason=why)))
+                    session.control(pb.CachingControl(account_rejected=pb.AccountRejected(name=name, reason=reason)))
         self.cache.drop_account(name)
 
     def describe(
@@ -489,6 +495,7 @@ class Registry:
             why = session.rejected.get(name)
             if why is None or (standby_only and not why.startswith(STANDING_BY)):
                 continue
+            session.refused.pop(name, None)
             if session.control is not None:
                 session.control(pb.CachingControl(resync=pb.Resync(account=name)))
 

@@ -20,6 +20,7 @@ from ..cache.cache import SubscriptionOverflow
 from ..cache.manifests import manifest_view
 from ..replicas.forwarding import PeerUnreachable
 from ..replicas.peers import Peer
+from ..store import StoreError
 from .common import HubRoute
 from .deps import ApiDeps
 from .replicas import forwarded
@@ -109,7 +110,8 @@ def objects_router(deps: ApiDeps) -> APIRouter:
                 return []
             return [d for d in doc if isinstance(d, dict)] if isinstance(doc, list) else []
 
-        return [local, *await asyncio.gather(*(one(p) for p in deps.peers.others()))]
+        # Every replica discovery knows, ready or not: one leaving the Service still holds agents.
+        return [local, *await asyncio.gather(*(one(p) for p in deps.peers.others(ready_only=False)))]
 
     @router.get(
         "/armory/agents",
@@ -302,9 +304,10 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> A
 
     async def peer(p: Peer) -> None:
         path = "/api/v1/watch" + (f"?{request.url.query}" if request.url.query else "")
-        buffer = b""
+        buffer, opened = b"", False
         try:
             async for chunk in forwarder.stream(p.id, p.base_url, path):
+                opened = True
                 buffer += chunk
                 *frames, buffer = buffer.split(b"\n\n")
                 for frame in frames:
@@ -312,13 +315,24 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> A
                         put(frame + b"\n\n")
             why = "ended its stream"
         except PeerUnreachable as e:
+            if not opened:
+                # Down before this watch began (its accounts are moving to the others, whose streams
+                # this watch has): nothing was missed from it.
+                log.info("watch: hub replica %s left out: %s", p.id, e.reason)
+                return
             why = e.reason
         put(_error_frame(f"hub replica {p.id} {why}: re-read the objects and watch again"))
 
     def peers_changed(_: Any) -> None:
         put(_error_frame("the set of hub replicas changed: re-read the objects and watch again"))
 
-    tasks = [asyncio.create_task(local())] + [asyncio.create_task(peer(p)) for p in deps.peers.others()]
+    assert deps.assignments is not None
+    try:
+        dead = set(await deps.assignments.dead_replicas())
+    except StoreError:
+        dead = set()
+    peers = [p for p in deps.peers.others(ready_only=False) if p.id not in dead]
+    tasks = [asyncio.create_task(local())] + [asyncio.create_task(peer(p)) for p in peers]
     deps.peers.listeners.append(peers_changed)
     try:
         while True:

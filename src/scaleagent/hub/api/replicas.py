@@ -107,7 +107,14 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         "`ready` follows the pod's readiness. One replica lists only itself.",
     )
     async def clouddrivers() -> list[dict[str, Any]]:
-        return [p.document() for p in deps.peers.all()]
+        dead: set[str] = set()
+        if deps.assignments is not None:
+            try:
+                dead = set(await deps.assignments.dead_replicas())
+            except StoreError:
+                pass  # discovery's view alone
+        # A replica whose heartbeat stopped is not ready, whatever its pod's readiness still says.
+        return [{**p.document(), "ready": p.ready and p.id not in dead} for p in deps.peers.all()]
 
     @api.get("/armory/replicas/assignments", summary="Which replica and agent stream each account")
     async def assignments() -> Response:

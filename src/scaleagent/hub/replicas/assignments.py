@@ -62,6 +62,7 @@ class Assignments:
         self._loop_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._located: dict[str, tuple[Peer | None, float]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
         self.claims_lost = 0
 
     def attach(self, registry: Registry) -> None:
@@ -161,6 +162,20 @@ class Assignments:
     ) -> str | None:
         """Let `session` stream `account`; None if it may, else why it stands by (or, when the
         account stands for another cluster, why it is refused)."""
+        async with self._lock(account):
+            return await self._claim(session, account, connections, api_host, fingerprint)
+
+    def _lock(self, account: str) -> asyncio.Lock:
+        """This replica's writes of one account's row, in the order they were asked for: a
+        session that ends and one that takes over must not land as 1 then 0."""
+        lock = self._locks.get(account)
+        if lock is None:
+            lock = self._locks[account] = asyncio.Lock()
+        return lock
+
+    async def _claim(
+        self, session: Session, account: str, connections: int, api_host: str, fingerprint: str
+    ) -> str | None:
         won, row = await self.shared.claim(
             account, replica=self.me.id, agent=session.agent_id, session_id=session.id, connections=connections
         )
@@ -248,7 +263,12 @@ class Assignments:
 
     async def _connections(self, account: str, connections: int, agent: str) -> None:
         try:
-            await self.shared.set_connections(account, self.me.id, connections, agent)
+            async with self._lock(account):
+                # What holds when the write runs: a session may have taken the account since.
+                record = self.registry.accounts.get(account) if self.registry is not None else None
+                if record is not None and record.sessions:
+                    connections = len(record.sessions)
+                await self.shared.set_connections(account, self.me.id, connections, agent)
             if connections == 0:
                 await self._tell_released([account])
         except StoreError as e:

@@ -100,8 +100,9 @@ class Forwarder:
     async def stream(
         self, replica: str, base_url: str, path_and_query: str, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[bytes]:
-        """A peer's streamed answer (the multi-cluster watch), chunk by chunk; raises
-        PeerUnreachable when it cannot be opened or breaks."""
+        """A peer's streamed answer (the multi-cluster watch), chunk by chunk, starting with an
+        empty chunk once the peer has answered; raises PeerUnreachable when it cannot be opened
+        (before that empty chunk) or breaks (after it)."""
         try:
             async with self._client().get(
                 base_url + path_and_query,
@@ -112,6 +113,7 @@ class Forwarder:
                     raise PeerUnreachable(
                         replica, base_url, f"HTTP {response.status}: {(await response.read())[:200]!r}"
                     )
+                yield b""
                 async for chunk in response.content.iter_any():
                     yield chunk
         except (aiohttp.ClientError, TimeoutError, OSError) as e:

@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from ..agents.registry import ACTIVE, Registry
+from ...protocol.states import AgentAccountState as A
+from ..agents.registry import ACTIVE, AccountRecord, Registry
 from ..agents.routing import ANSWER_GRACE_SECONDS, OperationReply, OperationRouter
 from ..store import StoreError
 from .assignments import Assignments
@@ -58,16 +59,18 @@ class ReplicaOperations:
         self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
     ) -> OperationReply:
         op_id = op_id or uuid.uuid4().hex
-        if self.assignments is None or self.forwarder is None:
-            return await self.router.run(account, type_, request, timeout, op_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.assignments is None or self.forwarder is None:
+            await self._until_watching(account, deadline)
+            return await self.router.run(account, type_, request, max(deadline - loop.time(), 0.1), op_id)
         lost: PeerUnreachable | None = None
         waited = 0.1
         while True:
-            remaining = deadline - loop.time()
             if self.local(account):
-                return await self.router.run(account, type_, request, max(remaining, 0.1), op_id)
+                await self._until_watching(account, deadline)
+                return await self.router.run(account, type_, request, max(deadline - loop.time(), 0.1), op_id)
+            remaining = deadline - loop.time()
             if lost is not None:
                 self.assignments.forget_location(account)  # waiting for it to move: ask the database
             try:
@@ -102,6 +105,37 @@ class ReplicaOperations:
             # A retry with backoff while the account moves to another replica (its agent reconnects).
             await asyncio.sleep(waited)
             waited = min(waited * 2, 2.0)
+
+    async def _until_watching(self, account: str, deadline: float) -> None:
+        """An account just (re)connected is listed by its agent before it is watched: an operation
+        run meanwhile would not know which kinds reach the cache, and its task would complete
+        before the cache shows its change. Wait (within the operation's time) for `watching`."""
+        record = self.registry.accounts.get(account)
+        if record is None or record.agent_state not in (A.CONNECTING, A.SYNCING):
+            return
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def listener(what: str, session: object, described: AccountRecord | None) -> None:
+            if (
+                described is not None
+                and described.name == account
+                and described.agent_state
+                not in (
+                    A.CONNECTING,
+                    A.SYNCING,
+                )
+            ):
+                if not ready.done():
+                    ready.set_result(None)
+
+        self.registry.listeners.append(listener)
+        try:
+            await asyncio.wait_for(ready, max(deadline - loop.time() - ANSWER_GRACE_SECONDS, 0.1))
+        except TimeoutError:
+            pass  # sent anyway: the agent answers within the operation's time, or says why not
+        finally:
+            self.registry.listeners.remove(listener)
 
     async def _coming_back(self, account: str) -> bool:
         """Whether an account no replica streams now is expected back: it is ACTIVE in the accounts

@@ -7,10 +7,13 @@ discovery source on every change: nothing polls it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("scaleagent.hub.replicas")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,13 @@ class PeerSet:
         found.setdefault(self.me.id, self.me)
         if found == self._peers:
             return
+        if {p.id: p.ready for p in found.values()} != {p.id: p.ready for p in self._peers.values()}:
+            log.info(
+                "hub replicas: %s",
+                ", ".join(
+                    f"{p.id}{'' if p.ready else ' (not ready)'}" for p in sorted(found.values(), key=lambda p: p.id)
+                ),
+            )
         self._peers = found
         for listener in self.listeners:
             listener(self.all())
@@ -52,9 +62,9 @@ class PeerSet:
     def all(self) -> list[Peer]:
         return sorted(self._peers.values(), key=lambda p: p.id)
 
-    def others(self) -> list[Peer]:
-        """The other replicas that are ready to take requests."""
-        return [p for p in self.all() if p.id != self.me.id and p.ready]
+    def others(self, ready_only: bool = True) -> list[Peer]:
+        """The other replicas (only those ready to take requests, unless told otherwise)."""
+        return [p for p in self.all() if p.id != self.me.id and (p.ready or not ready_only)]
 
     def get(self, replica_id: str) -> Peer | None:
         return self._peers.get(replica_id)
