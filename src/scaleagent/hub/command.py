@@ -26,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Alembic logs each plugin it sets up as it is imported (with the store, below): every start.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     from ..configfile import ConfigError
     from .config import load_hub_config
 

@@ -338,6 +338,12 @@ class TaskRunner:
             log.info("task %s: %s", task.id, message)
             task.finish(FAILED, "Orchestration failed.")
             return False
+        if reply.resent_after:
+            task.log(
+                phase,
+                f"Sent again with the same id, since {reply.resent_after}: an agent answers a repeated "
+                "id from memory, so it was carried out once",
+            )
         via = f" (through hub replica {reply.replica})" if reply.replica else ""
         task.log(phase, f"Agent {reply.agent_id}{via} ran {op.type}: {_summary(op, reply)}")
         if reply.cache_missed is not None:  # the replica whose agent ran it waited for its own cache

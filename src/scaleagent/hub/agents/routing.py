@@ -41,6 +41,7 @@ class OperationReply:
     # waited for its own cache (None: not checked there; `expect` is for this replica's cache).
     cache_missed: list[str] | None = None
     replica: str = ""  # the replica whose agent ran it, when not this one
+    resent_after: str = ""  # why it was sent a second time (with the same id), if it was
 
     def document(self) -> dict[str, Any]:
         """The reply as a forwarded operation's answer carries it between replicas."""

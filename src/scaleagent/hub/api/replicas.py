@@ -145,7 +145,7 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
             return error_response(400, "; ".join(problems))
         assert isinstance(op, dict)
         timeout = min(op["timeoutMs"], 3_600_000) / 1000
-        reply = await deps.router.run(op["account"], op["type"], op.get("request") or {}, timeout, op["id"])
+        reply = await deps.operations.run_here(op["account"], op["type"], op.get("request") or {}, timeout, op["id"])
         if reply.ok and reply.expect:
             missed = await deps.cache.wait_for(op["account"], reply.expect, min(timeout, 10.0))
             reply.cache_missed = [f"{x.kind} {x.name}" for x in missed]

@@ -59,6 +59,16 @@ class ReplicaOperations:
         self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
     ) -> OperationReply:
         op_id = op_id or uuid.uuid4().hex
+        lost: list[PeerUnreachable] = []
+        reply = await self._run(account, type_, request, timeout, op_id, lost)
+        if lost and reply.ok:
+            self.resent += 1
+            reply.resent_after = f"hub replica {lost[0].replica} went away with it ({lost[0].reason})"
+        return reply
+
+    async def _run(
+        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str, gone: list[PeerUnreachable]
+    ) -> OperationReply:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if self.assignments is None or self.forwarder is None:
@@ -85,6 +95,7 @@ class ReplicaOperations:
                         "operation %s on account %s: %s; waiting for another replica to take it", op_id, account, e
                     )
                     lost = e
+                    gone.append(e)
             elif peer is None and lost is None and not await self._coming_back(account):
                 return await self.router.run(account, type_, request, max(remaining, 0.1), op_id)
             if loop.time() + waited >= deadline:
@@ -106,36 +117,50 @@ class ReplicaOperations:
             await asyncio.sleep(waited)
             waited = min(waited * 2, 2.0)
 
-    async def _until_watching(self, account: str, deadline: float) -> None:
-        """An account just (re)connected is listed by its agent before it is watched: an operation
-        run meanwhile would not know which kinds reach the cache, and its task would complete
-        before the cache shows its change. Wait (within the operation's time) for `watching`."""
-        record = self.registry.accounts.get(account)
-        if record is None or record.agent_state not in (A.CONNECTING, A.SYNCING):
+    async def run_here(
+        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str
+    ) -> OperationReply:
+        """An operation another replica forwarded here because the assignments table says this
+        replica streams the account: run here, never forwarded again. The row is written when
+        the claim is won, a moment before the agent's session is registered here: an operation
+        arriving in between waits for it (within its time)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if not self.local(account):
+            await self._until(account, deadline, lambda: self.local(account))
+        await self._until_watching(account, deadline)
+        return await self.router.run(account, type_, request, max(deadline - loop.time(), 0.1), op_id)
+
+    async def _until(self, account: str, deadline: float, done: Any) -> None:
+        """Until `done()` holds, checked whenever the registry hears of `account`, or the deadline
+        (less the time the agent needs to answer)."""
+        if done():
             return
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()
 
-        def listener(what: str, session: object, described: AccountRecord | None) -> None:
-            if (
-                described is not None
-                and described.name == account
-                and described.agent_state
-                not in (
-                    A.CONNECTING,
-                    A.SYNCING,
-                )
-            ):
-                if not ready.done():
-                    ready.set_result(None)
+        def listener(what: str, session: object, record: AccountRecord | None) -> None:
+            if record is not None and record.name == account and done() and not ready.done():
+                ready.set_result(None)
 
         self.registry.listeners.append(listener)
         try:
             await asyncio.wait_for(ready, max(deadline - loop.time() - ANSWER_GRACE_SECONDS, 0.1))
         except TimeoutError:
-            pass  # sent anyway: the agent answers within the operation's time, or says why not
+            pass  # sent anyway: the agent answers within the operation's time, or the router says why not
         finally:
             self.registry.listeners.remove(listener)
+
+    async def _until_watching(self, account: str, deadline: float) -> None:
+        """An account just (re)connected is listed by its agent before it is watched: an operation
+        run meanwhile would not know which kinds reach the cache, and its task would complete
+        before the cache shows its change. Wait (within the operation's time) for `watching`."""
+
+        def settled() -> bool:
+            record = self.registry.accounts.get(account)
+            return record is None or record.agent_state not in (A.CONNECTING, A.SYNCING)
+
+        await self._until(account, deadline, settled)
 
     async def _coming_back(self, account: str) -> bool:
         """Whether an account no replica streams now is expected back: it is ACTIVE in the accounts
