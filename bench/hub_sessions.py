@@ -334,6 +334,9 @@ def start_hub(tmp: Path, database_url: str, replicas: bool) -> Proc:
     config: dict = {
         "server": {"grpcPort": grpc_port, "httpPort": http_port, "replicaName": "bench-hub"},
         "database": {"url": database_url},
+        # Every simulated agent connects from this machine, without a token: one identity, whose
+        # session limit (20 by default) is lifted for the benchmark.
+        "auth": {"agents": {"maxSessionsPerIdentity": 100_000}},
     }
     if replicas:
         config["replicas"] = {"cluster": "static", "heartbeat": {"periodSeconds": 5}}

@@ -101,3 +101,30 @@ stop_real_cluster() {
     rm -rf "$REAL_CLUSTER_DIR"
   fi
 }
+
+# The container image (Containerfile, docs/container-image.md), built for this run with
+# scripts/image on a base made from Debian's packages (cached under ~/.cache/scale-agent/image:
+# only a new machine pays for it), for tests/e2e/test_image.py: run with podman, or from its
+# unpacked root filesystem (.cache/image) when containers cannot run here. Tagged per checkout,
+# so that two checkouts testing at once on one machine each test their own.
+# SCALE_AGENT_E2E_IMAGE_TESTS=0 skips it; under CI a build that fails fails the run.
+ensure_image() {
+  if [ "${SCALE_AGENT_E2E_IMAGE_TESTS:-1}" = 0 ]; then
+    echo "note: SCALE_AGENT_E2E_IMAGE_TESTS=0: the container image is neither built nor tested" >&2; return 0
+  fi
+  local dir="$ROOT/.cache/image" tag image runner
+  tag="localhost/scale-agent:test-$(printf %s "$ROOT" | sha256sum | cut -c1-12)"
+  mkdir -p "$dir"
+  if image="$(IMAGE_BUILD_LOG="$dir/build.log" "$ROOT/scripts/image" build --tag "$tag")" &&
+     runner="$("$ROOT/scripts/image" probe --tag "$image")" &&
+     { [ "$runner" != chroot ] || "$ROOT/scripts/image" unpack --tag "$image" --dir "$dir" >/dev/null; }; then
+    export SCALE_AGENT_E2E_IMAGE="$image" SCALE_AGENT_E2E_IMAGE_RUNNER="$runner"
+    [ "$runner" != chroot ] || export SCALE_AGENT_E2E_IMAGE_ROOTFS="$dir/bundle/rootfs"
+    echo "container image $image, run with $runner" >&2
+  elif [ -n "${CI:-}" ]; then
+    tail -40 "$dir/build.log" >&2 2>/dev/null || true
+    echo "the container image could not be built or run (log: $dir/build.log)" >&2; return 1
+  else
+    echo "note: the container image could not be built or run (log: $dir/build.log); its tests are skipped" >&2
+  fi
+}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -328,8 +329,8 @@ class HubProcess:
         self.log: list[str] = []
         self._new = threading.Condition()
         threading.Thread(target=self._read_log, daemon=True).start()
-        line = self.wait_log(r"gRPC on \S+, HTTP on http://", 30, "the hub's start line")
-        m = re.search(r"gRPC on (\S+), HTTP on (http://\S+)", line)
+        line = self.wait_log(r"gRPC on \S+, HTTP on https?://", 30, "the hub's start line")
+        m = re.search(r"gRPC on (\S+), HTTP on (https?://\S+)", line)
         self.grpc_target, self.url = m.group(1), m.group(2)
         self.grpc_port = int(self.grpc_target.rsplit(":", 1)[1])
 
@@ -436,12 +437,13 @@ class HubPki:
     stranger_key: Path
 
 
-def make_hub_pki(directory: Path) -> HubPki:
+def make_hub_pki(directory: Path, client_cn: str | None = None) -> HubPki:
+    """`client_cn`: the subject CN of the client certificate (none by default)."""
     import trustme
 
     ca, other = trustme.CA(), trustme.CA()
     server = ca.issue_cert("localhost", "127.0.0.1")
-    client = ca.issue_cert("agent.scale-agent.test")
+    client = ca.issue_cert(client_cn or "agent.scale-agent.test", common_name=client_cn)
     stranger = other.issue_cert("agent.scale-agent.test")
     files = {}
     for name, blob in (
@@ -533,6 +535,9 @@ def dynamic_hub_and_agent(
                 "dynamicAccounts": {
                     "encryptionKey": Fernet.generate_key().decode(),
                     "retryFrequencySeconds": retry_seconds,
+                    # The tests name kubeconfig files anywhere (kubesim's, their own); confining
+                    # them is tested in tests/integration/test_hub_http_hardening.py.
+                    "kubeconfigDirectories": ["/"],
                 },
             },
         )
@@ -551,3 +556,55 @@ def dynamic_hub_and_agent(
         hub.stop()
         raise
     return hub, agent
+
+
+class ConfigMapVolume:
+    """A directory laid out as the kubelet mounts a ConfigMap, changed as the kubelet changes it:
+    the files live in a timestamped directory, `..data` points at it, each key is a symlink
+    through `..data`; an update writes a new directory and renames a new `..data` link over the
+    old one (one atomic step), then removes the old directory."""
+
+    def __init__(self, directory: Path, files: dict[str, str]) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.generation = 0
+        self.update(files)
+        for key in files:
+            (directory / key).symlink_to(Path("..data") / key)
+
+    def path(self, key: str) -> Path:
+        return self.directory / key
+
+    def update(self, files: dict[str, str]) -> None:
+        self.generation += 1
+        data = self.directory / f"..2026_11_24_00_00_00.{self.generation}"
+        data.mkdir()
+        for key, text in files.items():
+            (data / key).write_text(text)
+        old = os.readlink(self.directory / "..data") if (self.directory / "..data").is_symlink() else None
+        tmp = self.directory / "..data_tmp"
+        tmp.symlink_to(data.name)
+        os.rename(tmp, self.directory / "..data")
+        if old is not None:
+            shutil.rmtree(self.directory / old)
+
+
+def admin_hub(directory: Path, token: str, **extra: object) -> HubProcess:
+    """A hub (SQLite, free ports) whose only caller is an admin logging in with `token`."""
+    from scaleagent.hub.auth.callers import hash_token
+
+    tokens = write_yaml(
+        directory / "tokens.yaml",
+        [{"name": "admin", "groups": ["platform"], "tokenHash": hash_token(token)}],  # type: ignore[arg-type]
+    )
+    return HubProcess(
+        write_yaml(
+            directory / "hub.yaml",
+            {
+                "server": {"grpcPort": 0, "httpPort": 0},
+                "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
+                "auth": {"staticTokensFile": str(tokens), "admins": {"groups": ["platform"]}},
+                **extra,
+            },
+        )
+    )

@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import IO, Annotated, Any, ClassVar, Generic, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, SecretStr, ValidationError, ValidationInfo, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
@@ -46,6 +55,9 @@ __all__ = [
     "describe",
     "invalid",
     "is_host",
+    "normalize_permissions",
+    "normalize_roles",
+    "readable_file",
     "split_host_port",
     "to_path",
 ]
@@ -118,6 +130,13 @@ def check_readable_file(path: Path) -> Path:
     except OSError as e:
         raise invalid(f"{path}: {_os_error_message(e)}") from None
     return path
+
+
+def readable_file(value: Any, info: ValidationInfo) -> Path | None:
+    """`to_path`, then `check_readable_file`: the `mode="before"` validator of a setting whose file
+    the program needs at start (certificates, token files)."""
+    path = to_path(value, info)
+    return None if path is None else check_readable_file(path)
 
 
 def _os_error_message(error: OSError) -> str:
@@ -213,6 +232,43 @@ class ConfigModel(BaseModel):
             if len(given) > 1:
                 raise invalid(f"the same setting as {given[0]!r} (another spelling); give it only once", given[1])
         return data
+
+
+class ReloadConfig(ConfigModel):
+    """`reload`: how often the file is looked at for changes (a mounted ConfigMap changes by a
+    symlink swap, within about a minute of an edit); 0 means only on SIGHUP."""
+
+    period_seconds: float = Field(2.0, ge=0, le=3600)
+
+
+# The variables the kubelet gives a pod for each Service of its namespace (service links): a
+# Service named `scale-agent` or `scale-agent-hub` would otherwise read as unknown settings.
+# Known by name and by value both, so that a mistyped setting (one `_` for `__`) is still refused.
+_SERVICE_LINK = re.compile(
+    r"(?!.*__)[A-Z0-9_]+?_(?P<kind>SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
+)
+_LINK_URL = re.compile(r"(tcp|udp|sctp)://\[?[0-9a-fA-F.:]+\]?:[0-9]+")
+
+
+def _is_service_link(var: str, value: str) -> bool:
+    m = _SERVICE_LINK.fullmatch(var)
+    if m is None:
+        return False
+    if m["kind"] == "SERVICE_HOST" or var.endswith("_ADDR"):
+        return _is_ip(value)
+    if m["kind"].startswith("SERVICE_PORT") or var.endswith(("_TCP_PORT", "_UDP_PORT", "_SCTP_PORT")):
+        return value.isdigit()
+    if var.endswith("_PROTO"):
+        return value in ("tcp", "udp", "sctp")
+    return _LINK_URL.fullmatch(value) is not None  # X_PORT and X_PORT_N_TCP
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 # --- one kind of configuration file ---------------------------------------------------------------
@@ -327,11 +383,12 @@ class ConfigFormat(Generic[M]):
             self.logger.warning("%s: ignoring %r: %s", source, key, self.ignored_reason)
         return config
 
-    def _is_config_var(self, var: str) -> bool:
+    def _is_config_var(self, var: str, environ: Mapping[str, str]) -> bool:
         return (
             var.startswith(self.env_prefix)
             and var not in self.non_config_env_vars
             and not var.startswith(self.non_config_env_prefixes)
+            and not _is_service_link(var, environ[var])
         )
 
     def _apply_env(
@@ -340,7 +397,7 @@ class ConfigFormat(Generic[M]):
         """Set the override variables' values into `data`; returns {key path: origin} and the problems."""
         origins: dict[tuple[str | int, ...], str] = {}
         problems: list[str] = []
-        for var in sorted(filter(self._is_config_var, environ)):
+        for var in sorted(v for v in environ if self._is_config_var(v, environ)):
             where = f"environment variable {var}"
             segments = var[len(self.env_prefix) :].split("__")
             if not all(segments):
@@ -563,6 +620,59 @@ def _kind_of(value: Any) -> str:
         if isinstance(value, types_):
             return kind
     return f"a {type(value).__name__}"
+
+
+ROLE_KEYS = ("READ", "WRITE", "EXECUTE", "CREATE")
+"""Fiat's authorizations. Accounts use READ and WRITE; EXECUTE and CREATE (for applications) are
+kept as given, so that a Clouddriver definition moves over unchanged."""
+
+
+def regular_expressions(value: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of regular expressions, each compiled once here so a bad one is named at load."""
+    for i, pattern in enumerate(value):
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise invalid(f"{pattern!r} is not a regular expression: {e}", i) from None
+    return value
+
+
+def normalize_roles(value: Any, *at: str | int) -> tuple[str, ...]:
+    """Group names as a tuple: a list, or one comma-separated string; each stripped of spaces and
+    lowercased (Spinnaker's roles are case-insensitive). Armory once let `' ops'` silently match
+    nothing: here a name is trimmed, and an empty one is an error."""
+    items: list[Any]
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise invalid(f"expected a list of group names, got {describe(value)}", *at)
+    roles = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise invalid(f"expected a group name (a string), got {describe(item)}", *at, i)
+        role = item.strip().lower()
+        if not role:
+            raise invalid("an empty group name (check for a stray comma)", *at, i)
+        roles.append(role)
+    return tuple(dict.fromkeys(roles))
+
+
+def normalize_permissions(value: Any) -> dict[str, tuple[str, ...]]:
+    """Spinnaker's account `permissions` (`{READ: [groups], WRITE: [groups]}`), normalized; keys
+    other than READ and WRITE are refused rather than ignored."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise invalid(f"expected READ and WRITE lists of groups, got {describe(value)}")
+    out: dict[str, tuple[str, ...]] = {}
+    for key, roles in value.items():
+        name = str(key).strip().upper()
+        if name not in ROLE_KEYS:
+            raise invalid(f"{key!r} is not a permission: use READ and WRITE (or EXECUTE, CREATE)", str(key))
+        out[name] = normalize_roles(roles if roles is not None else [], str(key))
+    return out
 
 
 def secret_text(value: Any) -> Any:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import re
+import secrets
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .hub.auth.callers import hash_token
 
 CLUSTERS = 3
 
@@ -146,14 +149,25 @@ class Demo:
             cert.cert_chain_pems[0].write_to_path(str(pki / "hub.pem"))
             cert.private_key_pem.write_to_path(str(pki / "hub-key.pem"))
             (pki / "hub-key.pem").chmod(0o600)
+        admin_token, agent_token = self._token("admin.token"), self._token("agent.token")
+        tokens = self.dir / "tokens.yml"
+        tokens.write_text(
+            yaml.safe_dump([{"name": "demo-admin", "groups": ["admins"], "tokenHash": hash_token(admin_token)}])
+        )
         doc = {
             "tls": {"certFile": str(pki / "hub.pem"), "keyFile": str(pki / "hub-key.pem")},
             "database": {"url": f"sqlite:///{self.dir / 'hub.db'}"},
             "sessions": {"graceSeconds": 30},
+            # Logins on, as in production: an admin token for the API, the agent's own identity.
+            "auth": {
+                "staticTokensFile": str(tokens),
+                "admins": {"groups": ["admins"]},
+                "agents": {
+                    "identities": [{"name": "demo-agent", "tokenHash": hash_token(agent_token), "zones": ["*"]}]
+                },
+            },
         }
-        path = self.dir / "hub.yml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        return path
+        return _private(self.dir / "hub.yml", yaml.safe_dump(doc, sort_keys=False))
 
     def _write_agent_config(self, kube_dir: Path, grpc_port: str) -> Path:
         accounts = [
@@ -162,11 +176,21 @@ class Demo:
         doc = {
             "kubernetes": {"accounts": accounts},
             "server": {"port": 0},
-            "clouddriver": {"grpc": f"localhost:{grpc_port}", "tls": {"cacertFile": str(self.dir / "pki" / "ca.pem")}},
+            "clouddriver": {
+                "grpc": f"localhost:{grpc_port}",
+                "tls": {"cacertFile": str(self.dir / "pki" / "ca.pem")},
+                "auth": {"token": self._token("agent.token")},
+            },
         }
-        path = self.dir / "agent.yml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        return path
+        return _private(self.dir / "agent.yml", yaml.safe_dump(doc, sort_keys=False))
+
+    def _token(self, name: str) -> str:
+        """A random token kept in the demo's directory (readable by its owner only)."""
+        path = self.dir / name
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(32))
+        return path.read_text().strip()
 
     async def _spawn(self, name: str, args: list[str]) -> Child:
         log = self.dir / "logs" / f"{name}.log"
@@ -230,15 +254,18 @@ Scale Agent demo is running: 3 simulated clusters -> 1 agent -> 1 hub.
   kubeconfigs       {self.dir / "kubesim"}/kubesim-{{0,1,2}}.yaml
   logs              {self.dir / "logs"}/
 
+The API asks for a login (docs/security.md); the demo made an admin token:
+  export SCALE_AGENT_TOKEN=$(cat {self.dir / "admin.token"})
+
 Try:
-  curl -s {http}/armory/agents
-  curl -s {http}/api/v1/accounts
-  curl -s '{http}/api/v1/accounts/cluster-0/objects?kind=Deployment'
-  curl -s '{http}/api/v1/accounts/cluster-1/objects?kind=pod&namespace=default&labelSelector=app'
-  curl -sN '{http}/api/v1/watch?kind=Deployment'        # every change, all clusters (Ctrl-C to stop)
+  curl -s {http}/api/v1/accounts                        # 401: who are you?
+  curl -s -H "Authorization: Bearer $SCALE_AGENT_TOKEN" {http}/api/v1/accounts
+  curl -s -H "Authorization: Bearer $SCALE_AGENT_TOKEN" {http}/armory/agents
+  curl -s -H "Authorization: Bearer $SCALE_AGENT_TOKEN" '{http}/api/v1/accounts/cluster-0/objects?kind=Deployment'
+  curl -sN -H "Authorization: Bearer $SCALE_AGENT_TOKEN" '{http}/api/v1/watch?kind=Deployment'  # Ctrl-C stops
   kubectl --kubeconfig {self.dir / "kubesim"}/kubesim-0.yaml get deployments -A
 
-Deploy through the hub (the agent applies it; the task completes once the hub's cache shows it):
+Deploy through the hub (the CLI reads SCALE_AGENT_TOKEN; the task completes once the hub's cache shows it):
   {cli} apply -f {example} --account cluster-1 --hub {http}
   {cli} get deployments --all-accounts -l app=hello --hub {http}
   {cli} delete -f {example} --account cluster-1 --hub {http}
@@ -275,6 +302,14 @@ spec:
         - name: hello
           image: nginx:1.27
 """
+
+
+def _private(path: Path, text: str) -> Path:
+    """A file only its owner may read (the demo's configurations hold tokens)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
+    return path
 
 
 class DemoFailed(Exception):

@@ -57,7 +57,9 @@ async def test_the_seeds_requests_bring_accounts_to_active_with_their_objects_ca
         write_yaml(
             tmp_path / "hub.yaml",
             {
-                "server": {"grpcPort": 0, "httpPort": 0},
+                # The seeds' curl names the hub by its Service, http://clouddriver:7002: a name
+                # the hub answers only once it is in allowedHosts.
+                "server": {"grpcPort": 0, "httpPort": 0, "allowedHosts": ["clouddriver"]},
                 "database": {"url": db_url},
                 "kubernetes": {"kubeconfigFile": str(kubesim.admin(0))},
                 "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
@@ -114,7 +116,10 @@ async def test_an_account_whose_agent_is_gone_is_orphaned_and_comes_back_with_th
                 "server": {"grpcPort": 0, "httpPort": 0},
                 "database": {"url": db_url},
                 "sessions": {"graceSeconds": 1},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
+                "dynamicAccounts": {
+                    "encryptionKey": Fernet.generate_key().decode(),
+                    "kubeconfigDirectories": [str(kubesim.kubeconfig_dir)],
+                },
             },
         )
     )
@@ -174,7 +179,11 @@ async def test_an_intercepted_account_management_request_becomes_an_active_accou
             {
                 "server": {"grpcPort": 0, "httpPort": 0},
                 "database": {"url": db_url},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode(), "interceptor": {"enabled": True}},
+                "dynamicAccounts": {
+                    "encryptionKey": Fernet.generate_key().decode(),
+                    "interceptor": {"enabled": True},
+                    "kubeconfigDirectories": [str(kubesim.kubeconfig_dir)],
+                },
             },
         )
     )
@@ -221,6 +230,7 @@ async def test_an_unreachable_cluster_fails_with_the_reason_and_retries_stop_at_
                     "encryptionKey": Fernet.generate_key().decode(),
                     "retryFrequencySeconds": 0.2,
                     "maxRetries": 2,
+                    "kubeconfigDirectories": [str(tmp_path)],
                 },
             },
         )

@@ -40,7 +40,10 @@ def test_a_migration_and_a_delete_reach_the_agent_on_the_other_replica(postgres_
                     {
                         "server": {"grpcPort": 0, "httpPort": port, "replicaName": name},
                         "database": {"url": url},
-                        "dynamicAccounts": {"encryptionKey": key},
+                        "dynamicAccounts": {
+                            "encryptionKey": key,
+                            "kubeconfigDirectories": [str(kubesim.kubeconfig_dir)],
+                        },
                         "replicas": {
                             "cluster": "static",
                             "heartbeat": {"periodSeconds": 1},

@@ -4,6 +4,7 @@ another cluster under the name); a holder that refuses connections is taken over
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from scaleagent.hub.replicas.forwarding import Forwarder
 from scaleagent.hub.replicas.peers import Peer, PeerSet
 from scaleagent.hub.store import Store
 from scaleagent.hub.store.shared import SharedStore
+from tests.databases import emptied
 from tests.helpers import free_port
 
 
@@ -68,3 +70,25 @@ async def test_a_live_holder_keeps_the_account_and_a_dead_one_is_taken_over(stor
     assert holder is not None and (holder.replica, holder.agent) == ("hub-b", "agent-2")
     for r in (a, b):
         await r.forwarder.close()
+
+
+@pytest.mark.parametrize("database", ["postgres_db", "mariadb_db"])
+async def test_first_claims_of_many_accounts_at_once_all_win(request: pytest.FixtureRequest, database: str) -> None:
+    """Three replicas whose agents all connect at once: every first claim lands, though MariaDB's
+    locks on the gap where new rows go make concurrent first inserts deadlock (the loser runs again)."""
+    url = emptied(request.getfixturevalue(database))
+    async with await Store.open(url) as opened:
+        replicas = [await replica(opened, f"hub-{i}", free_port()) for i in range(3)]
+        try:
+            claims = [
+                r.claim(session(f"agent-{n}"), f"acct-{n}", 1, f"https://10.0.0.{n}:6443", "AA")
+                for n in range(60)
+                for r in [replicas[n % 3]]
+            ]
+            refusals = await asyncio.gather(*claims)
+            assert refusals == [None] * 60
+            rows = await SharedStore(opened).assignments()
+            assert {(row.account, row.replica) for row in rows} == {(f"acct-{n}", f"hub-{n % 3}") for n in range(60)}
+        finally:
+            for r in replicas:
+                await r.forwarder.close()

@@ -303,9 +303,30 @@ def test_key_in_the_wrong_section_says_where_it_belongs():
 
 
 def test_armory_settings_this_agent_does_not_use_are_ignored_with_a_warning(caplog):
-    cfg = parse_config(account("serviceAccount: true\npermissions: {READ: [dev]}"), source="agent.yml", environ={})
+    cfg = parse_config(account("serviceAccount: true\ncacheThreads: 4"), source="agent.yml", environ={})
     assert cfg.kubernetes.accounts[0].service_account is True
-    assert "agent.yml: ignoring 'permissions': an Armory/Clouddriver setting" in caplog.text
+    assert "agent.yml: ignoring 'cacheThreads': an Armory/Clouddriver setting" in caplog.text
+
+
+def test_permissions_are_kept_trimmed_and_lowercased_for_the_hub_to_enforce():
+    cfg = parse_config(
+        account("serviceAccount: true\npermissions: {READ: [' Dev ', ops], WRITE: 'ops, SRE'}"),
+        source="agent.yml",
+        environ={},
+    )
+    assert cfg.kubernetes.accounts[0].permissions == {"READ": ("dev", "ops"), "WRITE": ("ops", "sre")}
+
+
+@pytest.mark.parametrize(
+    ("permissions", "message"),
+    [
+        ("{ADMIN: [x]}", "'ADMIN' is not a permission"),
+        ("{READ: [dev, '']}", "an empty group name"),
+        ("{READ: 5}", "expected a list of group names"),
+    ],
+)
+def test_permissions_that_would_silently_match_nothing_are_refused(permissions, message):
+    assert message in error_of(account(f"serviceAccount: true\npermissions: {permissions}"))
 
 
 @pytest.mark.parametrize(
@@ -521,6 +542,21 @@ def test_env_unknown_key_names_the_variable():
     )
 
 
+def test_the_variables_kubernetes_gives_a_pod_for_a_service_named_like_the_agent_are_not_settings():
+    """A Service `scale-agent` (or `scale-agent-metrics`) in the pod's namespace adds these."""
+    links = {
+        "SCALE_AGENT_SERVICE_HOST": "10.0.0.1",
+        "SCALE_AGENT_SERVICE_PORT": "8082",
+        "SCALE_AGENT_SERVICE_PORT_METRICS": "8082",
+        "SCALE_AGENT_PORT": "tcp://10.0.0.1:8082",
+        "SCALE_AGENT_PORT_8082_TCP": "tcp://10.0.0.1:8082",
+        "SCALE_AGENT_PORT_8082_TCP_PROTO": "tcp",
+        "SCALE_AGENT_METRICS_PORT_8082_TCP_ADDR": "10.0.0.1",
+    }
+    assert parse_config("server: {port: 9000}", environ=links).server.port == 9000
+    assert "'SERVER_PORT' is not a configuration key" in error_of("", {"SCALE_AGENT_SERVER_PORT": "1"})
+
+
 def test_env_cannot_set_lists_or_sections():
     assert error_of("", {"SCALE_AGENT_KUBERNETES__ACCOUNTS": "[]"}) == (
         "environment variable SCALE_AGENT_KUBERNETES__ACCOUNTS: kubernetes.accounts is a list; "
@@ -605,3 +641,13 @@ def test_control_characters_and_deep_nesting_are_reported():
         "agent.yml line 1, column 10: YAML syntax error: special characters are not allowed (character U+0007)"
     )
     assert error_of("zoneId: " + "[" * 600 + "]" * 600 + "\n") == "agent.yml: the document is nested too deeply"
+
+
+def test_the_hub_token_loses_the_line_break_a_yaml_block_or_a_secret_file_leaves():
+    cfg = parse_config("clouddriver:\n  auth:\n    token: |\n      s3cret-token\n", source="agent.yml", environ={})
+    assert cfg.clouddriver.auth.token.get_secret_value() == "s3cret-token"
+
+
+def test_a_hub_token_with_a_space_inside_is_refused_without_showing_it():
+    message = error_of('clouddriver:\n  auth:\n    token: "s3cret token"\n')
+    assert "clouddriver.auth.token: must be printable ASCII" in message and "s3cret" not in message

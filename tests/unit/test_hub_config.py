@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from scaleagent import configfile
 from scaleagent.agent.config import parse_config
@@ -72,6 +73,7 @@ def test_full_file(hub_dir):
           clientCaFile: ca.pem
         auth:
           token: {TOKEN}
+          anonymous: true
         database:
           url: postgresql+asyncpg://hub:{PASSWORD}@db.example.com:5432/hub
         sessions:
@@ -425,10 +427,25 @@ def test_dynamic_accounts_from_the_environment():
     assert config.kubernetes.namespace == "spinnaker"
 
 
+def test_agents_proving_nothing_beyond_loopback_are_refused_unless_said_on_purpose():
+    from scaleagent.hub.config import HubConfig
+
+    base = {"server": {"host": "0.0.0.0", "httpHost": "127.0.0.1"}, "grpc": {"allowPlaintext": True}}
+    with pytest.raises(ValidationError) as info:
+        HubConfig.model_validate(base)
+    assert "agents would connect to 0.0.0.0 proving nothing" in str(info.value)
+    assert HubConfig.model_validate({**base, "auth": {"token": "t" * 32}}).auth.token.get_secret_value()
+    assert HubConfig.model_validate({**base, "grpc": {"allowPlaintext": True, "allowAnonymousAgents": True}})
+    assert HubConfig.model_validate({"server": {"host": "127.0.0.1"}})  # loopback: only this machine
+
+
 def test_the_http_api_may_listen_apart_from_the_grpc_port():
     from scaleagent.hub.config import HubConfig
 
-    both = HubConfig.model_validate({"server": {"host": "0.0.0.0"}}).server
+    open_grpc = {"allowPlaintext": True, "allowAnonymousAgents": True}
+    both = HubConfig.model_validate(
+        {"server": {"host": "0.0.0.0"}, "auth": {"anonymous": True}, "grpc": open_grpc}
+    ).server
     assert both.http_address == "0.0.0.0"
-    apart = HubConfig.model_validate({"server": {"host": "0.0.0.0", "httpHost": "127.0.0.1"}}).server
+    apart = HubConfig.model_validate({"server": {"host": "0.0.0.0", "httpHost": "127.0.0.1"}, "grpc": open_grpc}).server
     assert (apart.host, apart.http_address) == ("0.0.0.0", "127.0.0.1")

@@ -252,3 +252,27 @@ async def test_giving_an_account_up_makes_its_agent_stand_by_and_drops_the_copy(
     assert "prod" not in registry.accounts and not cache.counts("prod")
     rejected = [m.account_rejected for m in s.sent if m.WhichOneof("message") == "account_rejected"]
     assert [r.name for r in rejected] == ["prod"] and "hub replica r2" in rejected[0].reason
+
+
+async def test_an_account_the_database_could_not_claim_is_asked_for_again_later():
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    registry.store_retry_seconds = 0  # the first waits are 0 s, then still 0 s: no real time passes
+    agent = session(registry, "agent-1")
+    loop = asyncio.get_running_loop()
+
+    assert registry.ask_again_later(agent, "prod", "the database is down") == 0
+    assert agent.rejected["prod"] == "the database is down"
+    await next_timers(loop)
+    resyncs = [m.resync.account for m in agent.sent if m.WhichOneof("message") == "resync"]
+    assert resyncs == ["prod"]
+
+    # A second failure in a row waits twice as long; a claim that lands resets the count.
+    registry.ask_again_later(agent, "prod", "the database is down")
+    assert agent.store_failures["prod"] == 2
+    assert await registry.admit(agent, "prod", CLUSTER_A["api_host"], CLUSTER_A["fingerprint"]) is None
+    assert "prod" not in agent.store_failures
+
+    # Settled meanwhile (described and served): the pending question is not asked.
+    describe(registry, agent, "prod", CLUSTER_A)
+    await next_timers(loop)
+    assert [m.resync.account for m in agent.sent if m.WhichOneof("message") == "resync"] == ["prod"]

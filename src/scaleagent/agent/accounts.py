@@ -23,7 +23,7 @@ from typing import Any
 
 from ..kube.client import KubeClient
 from ..kube.concurrency import all_or_first_error
-from ..kube.credentials import load_credentials
+from ..kube.credentials import load_credentials, service_account_namespace
 from ..kube.discovery import KindInfo, discover, follow_once, readable, readable_in, select_kinds
 from ..kube.errors import APIError, ClusterReplaced, CredentialsError, Forbidden, KubeError
 from ..kube.events import ObjectEvent
@@ -179,6 +179,7 @@ class AccountRunner:
                 ("customResourceDefinitions", list(cfg.custom_resource_definitions)),
                 ("onlyNamespacedResources", cfg.only_namespaced_resources),
                 ("context", cfg.context),
+                ("permissions", {k: list(v) for k, v in cfg.permissions.items()}),
             )
             if value
         }
@@ -380,16 +381,21 @@ class AccountRunner:
 
         A user allowed to read Secrets only in its own namespaces still has those followed,
         each namespace with its own watch. Needs the right to list namespaces; without it the
-        kinds stay skipped. New namespaces are found at the next discovery.
+        kinds stay skipped, except that an account of the pod's own service account (agent mode
+        with a Role) tries the namespace the service account lives in. New namespaces are found
+        at the next discovery.
         """
         assert self._client is not None
+        omit = set(self.config.omit_namespaces)
         try:
             listed = await self._client.get("/api/v1/namespaces", accept=META_LIST)
         except APIError as e:
-            if e.status == 403:
+            if e.status != 403:
+                raise
+            own = service_account_namespace() if self.config.service_account else None
+            if own is None or own in omit:
                 return {}
-            raise
-        omit = set(self.config.omit_namespaces)
+            listed = {"items": [{"metadata": {"name": own}}]}
         names = sorted(
             n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or []) if n and n not in omit
         )
@@ -481,6 +487,15 @@ class AccountRunner:
             ((cause, _),) = Counter(w.reason for w in failing).most_common(1)
             what = f"watch of {failing[0].label}" if len(failing) == 1 else "watches"
             self._set(ERROR, f"{what} keep{'s' if len(failing) == 1 else ''} failing: {cause}")
+        elif (
+            not self.watches
+            and self.skipped
+            and any(not r.startswith("the same objects") for r in self.skipped.values())
+        ):
+            # Nothing readable: "watching" would tell the hub and the probes all is well.
+            reasons = [f"{label}: {why}" for label, why in sorted(self.skipped.items())]
+            more = f" (and {len(reasons) - 3} more, in /health's skipped)" if len(reasons) > 3 else ""
+            self._set(ERROR, f"may read none of the kinds it follows: {'; '.join(reasons[:3])}{more}")
         elif all(w.state == WATCHING for w in self.watches.values()):
             # Every watch established: until then the hub may hold objects the cluster has deleted.
             self._set(WATCHING, "")

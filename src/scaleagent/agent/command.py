@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"scale-agent agent: {e}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config, args.print_events, args.no_hub))
+    return asyncio.run(_serve(config, args.config, args.print_events, args.no_hub))
 
 
-async def _serve(config, print_events: bool, no_hub: bool) -> int:
+async def _serve(config, path: Path, print_events: bool, no_hub: bool) -> int:
     from .link import HubLink
     from .memory import tune_allocator
     from .service import Agent, link_settings
@@ -52,7 +52,7 @@ async def _serve(config, print_events: bool, no_hub: bool) -> int:
 
     tune_allocator()
     sink = PrintSink() if print_events else CountingSink() if no_hub else HubLink(link_settings(config))
-    agent = Agent(config, sink)
+    agent = Agent(config, sink, path)
     try:
         await agent.start()
     except OSError as e:
@@ -67,6 +67,8 @@ async def _serve(config, print_events: bool, no_hub: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if agent.reloader is not None:
+        loop.add_signal_handler(signal.SIGHUP, agent.reloader.poke)
     await stop.wait()
     await agent.stop()
     return 0

@@ -46,10 +46,12 @@ from ..configfile import (
     ConfigError,
     ConfigFormat,
     ConfigModel,
+    ReloadConfig,
     _read_yaml,  # the same safe reading as a configuration file's
     describe,
     invalid,
     is_host,
+    normalize_permissions,
     secret_text,
     split_host_port,
     to_path,
@@ -81,10 +83,18 @@ __all__ = [
 ENV_PREFIX = "SCALE_AGENT_"
 """Environment variables starting with this override configuration values (see `parse_config`)."""
 
-NON_CONFIG_ENV_VARS = frozenset({"SCALE_AGENT_EXTRA_KUBECTLS", "SCALE_AGENT_HUB", SERVICE_ACCOUNT_DIR_ENV})
+NON_CONFIG_ENV_VARS = frozenset(
+    {
+        "SCALE_AGENT_EXTRA_KUBECTLS",
+        "SCALE_AGENT_HUB",
+        "SCALE_AGENT_TOKEN",
+        "SCALE_AGENT_CONFIG",
+        SERVICE_ACCOUNT_DIR_ENV,
+    }
+)
 """`SCALE_AGENT_*` variables that belong to the project's tooling, not to the configuration:
-SCALE_AGENT_HUB is the CLI's hub address (docs/cli.md), set once in a shell that may also run
-an agent."""
+SCALE_AGENT_HUB, SCALE_AGENT_TOKEN and SCALE_AGENT_CONFIG are the CLI's hub address, login and
+credentials file (docs/cli.md), set once in a shell that may also run an agent."""
 
 NON_CONFIG_ENV_PREFIXES = ("SCALE_AGENT_E2E_", "SCALE_AGENT_HUB_")
 """Prefixes of `SCALE_AGENT_*` variables that are not the agent's settings: the e2e tests' and the
@@ -121,7 +131,6 @@ class AccountConfig(ConfigModel):
     # does not have (here and in the sections below): a migrated file still loads, with a warning.
     ignored_keys = frozenset(
         {
-            "permissions",
             "requiredGroupMembership",
             "providerVersion",
             "dockerRegistries",
@@ -154,6 +163,14 @@ class AccountConfig(ConfigModel):
     omit_kinds: tuple[StrictStr, ...] = ()
     only_namespaced_resources: StrictBool = False
     custom_resource_definitions: tuple[StrictStr, ...] = ()
+    # Spinnaker's account permissions ({READ: [groups], WRITE: [groups]}): the hub enforces them
+    # on its API (docs/security.md); the agent only passes them on.
+    permissions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @field_validator("permissions", mode="before")
+    @classmethod
+    def _permissions(cls, value: Any) -> Any:
+        return normalize_permissions(value)
 
     @field_validator("name")
     @classmethod
@@ -379,6 +396,20 @@ class AuthConfig(ConfigModel):
     def _token(cls, value: Any) -> Any:
         return secret_text(value)
 
+    @field_validator("token")
+    @classmethod
+    def _header_safe(cls, value: SecretStr) -> SecretStr:
+        """The token goes in an HTTP/2 header. The line break a YAML block (`token: |`) or a file
+        from a Secret leaves at its end is dropped; anything else unprintable is refused here,
+        not later as an obscure 'Invalid metadata' from gRPC on every connection attempt."""
+        token = value.get_secret_value().strip()
+        if not all("!" <= c <= "~" for c in token):
+            raise invalid(
+                "must be printable ASCII without spaces or line breaks inside (it is sent in a header); "
+                "the value is not shown"
+            )
+        return SecretStr(token)
+
 
 class ClouddriverConfig(ConfigModel):
     """The connection to the hub."""
@@ -464,6 +495,7 @@ class AgentConfig(ConfigModel):
     operations: OperationsConfig = Field(default_factory=OperationsConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     clouddriver: ClouddriverConfig = Field(default_factory=ClouddriverConfig)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig)
 
     @field_validator("zone_id", "agent_id", mode="before")
     @classmethod
@@ -495,6 +527,7 @@ DYNAMIC_PROPERTIES = (
     "omitKinds",
     "customResourceDefinitions",
     "onlyNamespacedResources",
+    "permissions",
 )
 """The account settings a hub may send as a dynamic account's `properties` (YAML key names)."""
 

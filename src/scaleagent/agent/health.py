@@ -11,10 +11,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..protocol.states import AgentAccountState
-from .accounts import WATCHING, AccountManager
+from .accounts import STANDBY, WATCHING, AccountManager
 from .budget import Budget
 from .executor import OperationExecutor
 from .link import HubLink
+from .reload import AgentReloader
 
 STATES = tuple(s.value for s in AgentAccountState if s not in (AgentAccountState.STOPPED, AgentAccountState.REJECTED))
 
@@ -22,8 +23,10 @@ STATES = tuple(s.value for s in AgentAccountState if s not in (AgentAccountState
 class _Collector:
     """Reads the engine's counters at scrape time: nothing is paid per event on the hot path."""
 
-    def __init__(self, manager: AccountManager, budget: Budget, link: HubLink | None) -> None:
-        self.manager, self.budget, self.link = manager, budget, link
+    def __init__(
+        self, manager: AccountManager, budget: Budget, link: HubLink | None, reloader: AgentReloader | None
+    ) -> None:
+        self.manager, self.budget, self.link, self.reloader = manager, budget, link, reloader
 
     def collect(self) -> Iterator[Any]:
         state = GaugeMetricFamily(
@@ -49,6 +52,20 @@ class _Collector:
         yield from (state, events, watches, relists, skipped)
         yield GaugeMetricFamily("scale_agent_lists_running", "Initial LISTs running now", value=self.budget.running)
         yield GaugeMetricFamily("scale_agent_lists_peak", "Most LISTs that ran at once", value=self.budget.peak)
+        if self.reloader is not None:
+            reloads = CounterMetricFamily(
+                "scale_agent_config_changes",
+                "Changes of the configuration file, applied or refused (it did not load)",
+                labels=["outcome"],
+            )
+            reloads.add_metric(["applied"], self.reloader.status.applied)
+            reloads.add_metric(["refused"], self.reloader.status.refused)
+            yield reloads
+            yield GaugeMetricFamily(
+                "scale_agent_config_refused",
+                "1 while the file's last change was refused (the running configuration stays)",
+                value=1.0 if self.reloader.status.last_error else 0.0,
+            )
         if self.link is not None:
             yield GaugeMetricFamily(
                 "scale_agent_hub_connected",
@@ -67,10 +84,14 @@ class _Collector:
 
 
 def health_app(
-    manager: AccountManager, budget: Budget, link: HubLink | None = None, executor: OperationExecutor | None = None
+    manager: AccountManager,
+    budget: Budget,
+    link: HubLink | None = None,
+    executor: OperationExecutor | None = None,
+    reloader: AgentReloader | None = None,
 ) -> web.Application:
     registry = CollectorRegistry()
-    registry.register(_Collector(manager, budget, link))
+    registry.register(_Collector(manager, budget, link, reloader))
 
     async def health(_: web.Request) -> web.Response:
         doc = manager.health()
@@ -80,10 +101,13 @@ def health_app(
                 doc["status"] = "degraded"
         if executor is not None:
             doc["operations"] = executor.health()
+        if reloader is not None:
+            doc["configuration"] = reloader.status.document()
         return web.Response(body=orjson.dumps(doc, option=orjson.OPT_INDENT_2), content_type="application/json")
 
     async def ready(_: web.Request) -> web.Response:
-        not_ready = [r.name for r in manager.runners.values() if r.state != WATCHING]
+        # Standing by is ready: another agent streams the account, and this one takes over if it goes.
+        not_ready = [r.name for r in manager.runners.values() if r.state not in (WATCHING, STANDBY)]
         if link is not None and link.state != "connected":
             not_ready.append(f"hub link ({link.reason or link.state})")
         if not_ready:

@@ -156,6 +156,15 @@ class HubLink:
         self._described[account.name] = (account, self._enqueued)
         self._wake_writer()
 
+    def removed(self, name: str) -> None:
+        """Tell the hub the account is no longer followed (it lets it go: INACTIVE, its objects
+        out of the cache). Its last description ("stopped") is not sent: it would register it again.
+        Queued while disconnected, it is dropped with the rest of that connection's control
+        messages: the next hello does not name the account, and the hub orphans it after its grace
+        period."""
+        self._described.pop(name, None)
+        self._send_control(pb.CachingMessage(account_removed=pb.AccountRemoved(name=name)))
+
     def _wake_writer(self) -> None:
         """Make the writer run even when no event follows (a full queue means it is running anyway)."""
         if self._connected.is_set() and not self._queue.full():
@@ -493,8 +502,7 @@ class HubLink:
         for answer in answers:
             if answer.removed:
                 # Said before the answer, so that the hub has let the account go once it reads it.
-                self._described.pop(answer.name, None)  # its last state ("stopped") would register it again
-                self._send_control(pb.CachingMessage(account_removed=pb.AccountRemoved(name=answer.name)))
+                self.removed(answer.name)
         self._answer(request.request_id, answers)
 
     def _answer(self, request_id: str, answers: list[AccountAnswer]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from aiohttp import web
 
@@ -13,13 +14,15 @@ from .executor import OperationExecutor
 from .health import health_app
 from .link import HubLink, LinkSettings, default_agent_id
 from .memory import Releaser
+from .reload import AgentReloader
 from .sinks import Sink
 
 log = logging.getLogger("scaleagent.agent")
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, sink: Sink) -> None:
+    def __init__(self, config: AgentConfig, sink: Sink, config_path: Path | None = None) -> None:
+        """`config_path`: the file `config` was read from, applied again when it changes."""
         self.config = config
         k = config.kubernetes
         self.releaser = Releaser()
@@ -36,12 +39,15 @@ class Agent:
             self.settings, sink, self.budget, dynamic_enabled=config.dynamic_accounts_enabled
         )
         self.executor = OperationExecutor(self.accounts, config.operations.max_concurrent)
+        self.reloader = AgentReloader(config_path, config, self.accounts, sink, None) if config_path else None
         self._runner: web.AppRunner | None = None
         self.health_url = ""
 
     async def start(self) -> None:
         link = self.sink if isinstance(self.sink, HubLink) else None
-        self._runner = web.AppRunner(health_app(self.accounts, self.budget, link, self.executor), access_log=None)
+        self._runner = web.AppRunner(
+            health_app(self.accounts, self.budget, link, self.executor, self.reloader), access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.server.host, self.config.server.port)
         await site.start()
@@ -52,11 +58,15 @@ class Agent:
             self.sink.start(self.accounts, self.executor)
         for account in self.config.kubernetes.accounts:
             self.accounts.add(account)
+        if self.reloader is not None:
+            self.reloader.start()
         log.info(
             "agent started: %d account(s), health on %s/health", len(self.config.kubernetes.accounts), self.health_url
         )
 
     async def stop(self) -> None:
+        if self.reloader is not None:
+            await self.reloader.stop()  # first: no account starts while the others stop
         self.releaser.cancel()
         if isinstance(self.sink, HubLink):
             await self.sink.stop()  # first: a resync arriving now must not restart stopped accounts

@@ -57,6 +57,9 @@ class Sink(Protocol):
     def describe(self, account: AccountDescription) -> None:
         """An account's identity or state changed; called before its first events are sent."""
 
+    def removed(self, name: str) -> None:
+        """The agent stopped following an account on purpose (its file no longer names it)."""
+
 
 def event_json(e: ObjectEvent) -> bytes:
     doc: dict[str, Any] = {
@@ -84,6 +87,9 @@ class PrintSink:
     def describe(self, account: AccountDescription) -> None:
         pass
 
+    def removed(self, name: str) -> None:
+        pass
+
     async def send(self, events: list[ObjectEvent]) -> None:
         self.out.write(b"".join(event_json(e) + b"\n" for e in events))
         self.out.flush()
@@ -97,6 +103,9 @@ class CountingSink:
         self.bytes = 0
 
     def describe(self, account: AccountDescription) -> None:
+        pass
+
+    def removed(self, name: str) -> None:
         pass
 
     async def send(self, events: list[ObjectEvent]) -> None:

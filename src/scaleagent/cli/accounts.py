@@ -8,8 +8,8 @@
     scale-agent accounts delete NAME...
     scale-agent accounts generate-key
 
-Every command is one or two HTTP requests to the hub (`--hub`, else `$SCALE_AGENT_HUB`, else
-http://127.0.0.1:7002), so
+Every command is one or two HTTP requests to the hub (`--hub`, else `$SCALE_AGENT_HUB`, else the
+hub of `scale-agent login`, else http://127.0.0.1:7002; credentials as docs/cli.md says), so
 what it can do and the checks it gets are exactly the API's (docs/accounts.md); errors print the
 API's own message. Standard library only: the CLI must start fast and needs no event loop.
 """
@@ -52,12 +52,7 @@ _LIST_SETTINGS = (
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `accounts` and its subcommands on the `scale-agent` parser."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--hub",
-        default=hub_api.default_hub(),
-        metavar="URL",
-        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})",
-    )
+    hub_api.add_connection_options(common)
     common.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
 
     p = sub.add_parser(
@@ -222,6 +217,7 @@ def _run(command: Any) -> Any:
 
     def run(args: argparse.Namespace) -> int:
         try:
+            args.hub = hub_api.connect_args(args)
             return command(args, sys.stdout)
         except CliError as e:
             print(e, file=sys.stderr)  # already in kubectl's words: "error: ..."

@@ -67,7 +67,7 @@ def _accounts(args: argparse.Namespace) -> list[str]:
 
 
 def _query(
-    hub: str,
+    hub: hub_api.Hub,
     account: str,
     kind: KindInfo,
     *,
@@ -499,6 +499,7 @@ def _run(command: Callable[[argparse.Namespace, TextIO, TextIO], int]) -> Callab
 
     def run(args: argparse.Namespace) -> int:
         try:
+            args.hub = hub_api.connect_args(args)
             return command(args, sys.stdout, sys.stderr)
         except CliError as e:
             sys.stdout.flush()
@@ -523,12 +524,7 @@ def _non_negative(value: str) -> float:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register `get`, `apply` and `delete` on the `scale-agent` parser."""
     hub_option = argparse.ArgumentParser(add_help=False)
-    hub_option.add_argument(
-        "--hub",
-        default=hub_api.default_hub(),
-        metavar="URL",
-        help=f"the hub's HTTP API (default: ${hub_api.HUB_ENV}, else {hub_api.DEFAULT_HUB})",
-    )
+    hub_api.add_connection_options(hub_option)
 
     p = sub.add_parser(
         "get",

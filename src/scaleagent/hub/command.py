@@ -38,19 +38,26 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"scale-agent hub: {e}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(config))
+    overrides = {"grpc_port": args.grpc_port, "http_port": args.http_port, "database_url": args.db}
+    return asyncio.run(serve(config, args.config, overrides))
 
 
-async def serve(config) -> int:
+async def serve(config, path: Path | None = None, overrides: dict | None = None) -> int:
+    """`path`: the file `config` came from, applied again when it changes (or on SIGHUP), with the
+    same command-line `overrides`."""
+    from .reload import HubReloader
     from .replicas.discovery import DiscoveryError
     from .service import Hub
     from .store import StoreError
 
     try:
         hub = await Hub.open(config)
-    except (OSError, RuntimeError, StoreError) as e:
+    except (OSError, RuntimeError, StoreError, ValueError) as e:
         print(f"scale-agent hub: cannot start: {e}", file=sys.stderr)
         return 1
+    reloader = HubReloader(hub, path, overrides or {}) if path is not None else None
+    if reloader is not None:
+        hub.reload_status = reloader.status
     try:
         await hub.start()
     except (OSError, RuntimeError, StoreError, DiscoveryError) as e:
@@ -62,6 +69,11 @@ async def serve(config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if reloader is not None:
+        reloader.start()
+        loop.add_signal_handler(signal.SIGHUP, reloader.poke)
     await stop.wait()
+    if reloader is not None:
+        await reloader.stop()
     await hub.stop()
     return 0

@@ -20,7 +20,7 @@ import re
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from pydantic import (
     Field,
@@ -38,24 +38,31 @@ from ..configfile import (
     ConfigError,
     ConfigFormat,
     ConfigModel,
-    check_readable_file,
+    ReloadConfig,
+    describe,
     invalid,
     is_host,
+    readable_file,
+    regular_expressions,
     secret_text,
     to_path,
 )
 from .accounts.errors import EncryptionKeyError
 from .accounts.secrets_box import parse_keys
+from .auth.settings import AgentIdentityConfig, normalize_permissions, normalize_roles
 from .store.urls import check_database_url, redact_url
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "ENV_PREFIX",
+    "AgentIdentityConfig",
+    "AgentsAuthConfig",
     "AuthConfig",
     "ConfigError",
     "DatabaseConfig",
     "DynamicAccountsConfig",
     "GrpcConfig",
+    "HttpTlsConfig",
     "HubConfig",
     "InterceptorConfig",
     "KubernetesConfig",
@@ -64,7 +71,12 @@ __all__ = [
     "ServerConfig",
     "SessionsConfig",
     "TlsConfig",
+    "TokenReviewConfig",
+    "UsersAndGroupsConfig",
+    "is_loopback",
     "load_hub_config",
+    "normalize_permissions",
+    "normalize_roles",
 ]
 
 ENV_PREFIX = "SCALE_AGENT_HUB_"
@@ -81,6 +93,46 @@ _REPLICA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 # SQLAlchemy's own URL grammar (sqlalchemy.engine.url), so that what passes here parses there.
 
 
+class TlsConfig(ConfigModel):
+    """TLS for the gRPC port; with `clientCaFile`, agents must present a certificate (mTLS)."""
+
+    ca_without_tls: ClassVar[str] = (
+        "needs certFile and keyFile: client certificates (mTLS) are only checked on a TLS port"
+    )
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+
+    @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
+    @classmethod
+    def _files(cls, value: Any, info: ValidationInfo) -> Path | None:
+        return readable_file(value, info)
+
+    @model_validator(mode="after")
+    def _together(self) -> Self:
+        if self.cert_file is not None and self.key_file is None:
+            raise invalid("required when certFile is set (a certificate needs its private key)", "keyFile")
+        if self.key_file is not None and self.cert_file is None:
+            raise invalid("required when keyFile is set (a private key needs its certificate)", "certFile")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise invalid(self.ca_without_tls, "clientCaFile")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the port serves TLS (otherwise it is plaintext)."""
+        return self.cert_file is not None
+
+
+class HttpTlsConfig(TlsConfig):
+    """TLS for the HTTP API; with `clientCaFile`, callers may log in with a client certificate
+    (its subject's CN is the user, its O values the groups). A certificate is asked for, not
+    required: callers with a token still connect."""
+
+    ca_without_tls: ClassVar[str] = "needs certFile and keyFile: client certificates are only asked for over TLS"
+
+
 class ServerConfig(ConfigModel):
     """Where the hub listens: gRPC for agents, HTTP for the REST API, health and metrics."""
 
@@ -91,6 +143,13 @@ class ServerConfig(ConfigModel):
     grpc_port: StrictInt = Field(9091, ge=0, le=65535)
     http_port: StrictInt = Field(7002, ge=0, le=65535)
     replica_name: StrictStr = Field("", validate_default=True)
+    # Host header values the HTTP API answers besides loopback names and its own address (a
+    # browser pointed at a rebinding DNS name must not reach it); '*' accepts any.
+    allowed_hosts: tuple[StrictStr, ...] = ()
+    # Web origins ('https://spinnaker.example.com') whose pages may call the API (CORS); without
+    # any, a request sent by a page of another origin is refused.
+    allowed_origins: tuple[StrictStr, ...] = ()
+    http_tls: HttpTlsConfig = Field(default_factory=lambda: HttpTlsConfig())
 
     @property
     def http_address(self) -> str:
@@ -108,6 +167,26 @@ class ServerConfig(ConfigModel):
                 "(give the ports separately, in server.grpcPort and server.httpPort)"
             )
         return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _allowed_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, host in enumerate(value):
+            name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host.strip("[]")
+            if host != "*" and not is_host(name):
+                raise invalid(f"{host!r} is not a host name, host:port or '*'", i)
+        return tuple(h.lower() for h in value)
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _allowed_origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from urllib.parse import urlsplit
+
+        for i, origin in enumerate(value):
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+                raise invalid(f"{origin!r} is not an origin such as https://spinnaker.example.com (no path)", i)
+        return tuple(o.lower().rstrip("/") for o in value)
 
     @field_validator("replica_name")
     @classmethod
@@ -128,42 +207,84 @@ class ServerConfig(ConfigModel):
         return self
 
 
-class TlsConfig(ConfigModel):
-    """TLS for the gRPC port; with `clientCaFile`, agents must present a certificate (mTLS)."""
+class TokenReviewConfig(ConfigModel):
+    """Log in with a Kubernetes bearer token (a user's, or a ServiceAccount's from `kubectl create
+    token`), checked by a TokenReview against the hub's own cluster (the `kubernetes` section)."""
 
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    client_ca_file: Path | None = None
+    enabled: StrictBool = False
+    # The audiences the token must be for; empty means the API server's own.
+    audiences: tuple[StrictStr, ...] = ()
+    # How long an answer is remembered, so that each request does not cost a review.
+    cache_seconds: StrictFloat = Field(10.0, ge=0, le=600)
 
-    @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
+
+class UsersAndGroupsConfig(ConfigModel):
+    """Who holds a role: user names and group names."""
+
+    users: tuple[StrictStr, ...] = ()
+    groups: tuple[StrictStr, ...] = ()
+
+    @field_validator("users", mode="before")
     @classmethod
-    def _files(cls, value: Any, info: ValidationInfo) -> Path | None:
-        path = to_path(value, info)
-        return None if path is None else check_readable_file(path)
+    def _users(cls, value: Any) -> Any:
+        return normalize_roles(value) if value is not None else ()
+
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _groups(cls, value: Any) -> Any:
+        return normalize_roles(value) if value is not None else ()
+
+
+class AgentsAuthConfig(ConfigModel):
+    """Agent identities and what each may serve (docs/security.md). With none, any agent that
+    passes the gRPC port's checks (token, mTLS) may claim any zone and account, as before."""
+
+    identities: tuple[AgentIdentityConfig, ...] = ()
+    # A YAML file with more identities (a list in the same shape), read again when it changes.
+    identities_file: Path | None = None
+    # Live sessions one identity may hold at once, across this replica.
+    max_sessions_per_identity: StrictInt = Field(20, ge=1, le=100_000)
+
+    @field_validator("identities_file", mode="before")
+    @classmethod
+    def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
+        return readable_file(value, info)
 
     @model_validator(mode="after")
-    def _together(self) -> TlsConfig:
-        if self.cert_file is not None and self.key_file is None:
-            raise invalid("required when certFile is set (a certificate needs its private key)", "keyFile")
-        if self.key_file is not None and self.cert_file is None:
-            raise invalid("required when keyFile is set (a private key needs its certificate)", "certFile")
-        if self.client_ca_file is not None and self.cert_file is None:
-            raise invalid(
-                "needs certFile and keyFile: client certificates (mTLS) are only checked on a TLS port",
-                "clientCaFile",
-            )
+    def _unique(self) -> AgentsAuthConfig:
+        seen: set[str] = set()
+        for i, identity in enumerate(self.identities):
+            if identity.name in seen:
+                raise invalid(f"identity {identity.name!r} is listed twice", "identities", i, "name")
+            seen.add(identity.name)
         return self
 
     @property
     def enabled(self) -> bool:
-        """Whether the gRPC port serves TLS (otherwise it is plaintext)."""
-        return self.cert_file is not None
+        return bool(self.identities) or self.identities_file is not None
 
 
 class AuthConfig(ConfigModel):
-    """The bearer token agents must send; empty means agents are not asked for one."""
+    """Who may call the HTTP API and what they may do, and how agents prove who they are.
+
+    `token` is the one bearer token every agent sends (Armory's); `agents` gives each agent its
+    own identity instead. The HTTP API authenticates with any of `tokenReview`,
+    `staticTokensFile` and client certificates (`server.httpTls.clientCaFile`); `anonymous`
+    opens it to anyone who reaches it, which must be said explicitly when it listens beyond
+    loopback."""
 
     token: SecretStr = SecretStr("")
+    anonymous: StrictBool | None = None
+    token_review: TokenReviewConfig = Field(default_factory=TokenReviewConfig)
+    # A YAML list of {name, groups, tokenHash}, read again when it changes.
+    static_tokens_file: Path | None = None
+    admins: UsersAndGroupsConfig = Field(default_factory=UsersAndGroupsConfig)
+    # For accounts that name no permissions of their own; with none here either, every
+    # authenticated caller may read and write them (Spinnaker's rule for unrestricted accounts).
+    default_permissions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # How long an authorization decision about one caller and account is remembered.
+    decision_cache_seconds: StrictFloat = Field(5.0, ge=0, le=600)
+    agents: AgentsAuthConfig = Field(default_factory=AgentsAuthConfig)
 
     @field_validator("token", mode="before")
     @classmethod
@@ -180,6 +301,27 @@ class AuthConfig(ConfigModel):
                 "must be printable ASCII without spaces or line breaks (it is sent in a header); the value is not shown"
             )
         return value
+
+    @field_validator("static_tokens_file", mode="before")
+    @classmethod
+    def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
+        return readable_file(value, info)
+
+    @field_validator("default_permissions", mode="before")
+    @classmethod
+    def _permissions(cls, value: Any) -> Any:
+        return normalize_permissions(value)
+
+    def methods(self, http_tls: HttpTlsConfig) -> list[str]:
+        """The HTTP authentication methods configured, by name."""
+        found = []
+        if self.token_review.enabled:
+            found.append("tokenReview")
+        if self.static_tokens_file is not None:
+            found.append("staticTokensFile")
+        if http_tls.client_ca_file is not None:
+            found.append("clientCertificates")
+        return found
 
 
 class DatabaseConfig(ConfigModel):
@@ -220,6 +362,12 @@ class GrpcConfig(ConfigModel):
 
     max_message_bytes: StrictInt = Field(16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     keep_alive_seconds: StrictInt = Field(30, ge=0)
+    # Plaintext gRPC on an address beyond loopback carries kubeconfigs and Secret values in
+    # operations in the clear: refused unless said here (e.g. behind a mesh that encrypts).
+    allow_plaintext: StrictBool = False
+    # Agents proving nothing (no token, no identity, no client certificate) on an address beyond
+    # loopback could feed the cache anything and receive operations: refused unless said here.
+    allow_anonymous_agents: StrictBool = False
 
 
 class KubernetesConfig(ConfigModel):
@@ -235,8 +383,7 @@ class KubernetesConfig(ConfigModel):
     @field_validator("kubeconfig_file", mode="before")
     @classmethod
     def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
-        path = to_path(value, info)
-        return None if path is None else check_readable_file(path)
+        return readable_file(value, info)
 
     @field_validator("context", "namespace", mode="before")
     @classmethod
@@ -282,6 +429,18 @@ class DynamicAccountsConfig(ConfigModel):
     interceptor: InterceptorConfig = Field(default_factory=InterceptorConfig)
     name_patterns: tuple[StrictStr, ...] = ()
     scan_frequency_seconds: StrictFloat = Field(30.0, gt=0)
+    # Directories on the hub under which an account's `kubeconfigFile` may name a file; none by
+    # default, so that API callers can only use `encryptedFile:` references.
+    kubeconfig_directories: tuple[Path, ...] = ()
+
+    @field_validator("kubeconfig_directories", mode="before")
+    @classmethod
+    def _directories(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise invalid(f"expected a list of directories, got {describe(value)}")
+        return tuple(to_path(v, info) for v in value)
 
     @field_validator("encryption_key", mode="before")
     @classmethod
@@ -302,12 +461,7 @@ class DynamicAccountsConfig(ConfigModel):
     @field_validator("name_patterns")
     @classmethod
     def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for i, pattern in enumerate(value):
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise invalid(f"{pattern!r} is not a regular expression: {e}", i) from None
-        return value
+        return regular_expressions(value)
 
 
 class StaticPeerConfig(ConfigModel):
@@ -346,8 +500,7 @@ class ReplicasKubernetesConfig(ConfigModel):
     @field_validator("kubeconfig_file", mode="before")
     @classmethod
     def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
-        path = to_path(value, info)
-        return None if path is None else check_readable_file(path)
+        return readable_file(value, info)
 
     @field_validator("namespace", mode="before")
     @classmethod
@@ -370,6 +523,9 @@ class ReplicasConfig(ConfigModel):
 
     cluster: StrictStr = "none"
     base_url: StrictStr = ""
+    # Shared by the replicas: proves a forwarded request comes from one of them (needed when
+    # HTTP callers log in). Give it through the environment, like other secrets.
+    token: SecretStr = SecretStr("")
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     kubernetes: ReplicasKubernetesConfig = Field(default_factory=ReplicasKubernetesConfig)
     static: tuple[StaticPeerConfig, ...] = ()
@@ -386,6 +542,11 @@ class ReplicasConfig(ConfigModel):
     def _base_url(cls, value: str) -> str:
         return check_base_url(value) if value else value
 
+    @field_validator("token", mode="before")
+    @classmethod
+    def _token(cls, value: Any) -> Any:
+        return secret_text(value)
+
     @model_validator(mode="after")
     def _static_peers(self) -> ReplicasConfig:
         if self.static and self.cluster != "static":
@@ -400,6 +561,18 @@ class ReplicasConfig(ConfigModel):
     @property
     def enabled(self) -> bool:
         return self.cluster != "none"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts connections from this machine."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_base_url(value: str) -> str:
@@ -429,6 +602,62 @@ class HubConfig(ConfigModel):
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     dynamic_accounts: DynamicAccountsConfig = Field(default_factory=DynamicAccountsConfig)
     replicas: ReplicasConfig = Field(default_factory=ReplicasConfig)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig)
+
+    @model_validator(mode="after")
+    def _never_open_by_accident(self) -> HubConfig:
+        if not is_loopback(self.server.http_address) and not self.auth.methods(self.server.http_tls):
+            if self.auth.anonymous is not True:
+                raise invalid(
+                    f"the HTTP API listens on {self.server.http_address}, beyond loopback, with no way to log in: "
+                    "configure auth.tokenReview, auth.staticTokensFile or client certificates "
+                    "(server.httpTls.clientCaFile), or set auth.anonymous: true to let anyone who reaches it "
+                    "do anything (docs/security.md)",
+                    "auth",
+                )
+        if self.auth.anonymous and self.auth.methods(self.server.http_tls):
+            raise invalid(
+                f"is true, but {', '.join(self.auth.methods(self.server.http_tls))} is configured: "
+                "choose anonymous access or logins, not both",
+                "auth",
+                "anonymous",
+            )
+        agents_prove = (
+            bool(self.auth.token.get_secret_value()) or self.auth.agents.enabled or self.tls.client_ca_file is not None
+        )
+        if not is_loopback(self.server.host) and not agents_prove and not self.grpc.allow_anonymous_agents:
+            raise invalid(
+                f"agents would connect to {self.server.host} proving nothing, and anyone who reaches the port could "
+                "stream fake objects and receive operations: give auth.token (e.g. SCALE_AGENT_HUB_AUTH__TOKEN), "
+                "auth.agents.identities or tls.clientCaFile, or set grpc.allowAnonymousAgents: true on purpose",
+                "auth",
+                "token",
+            )
+        if not is_loopback(self.server.host) and not self.tls.enabled and not self.grpc.allow_plaintext:
+            raise invalid(
+                f"agents would connect to {self.server.host} in plaintext, and operations carry kubeconfigs and "
+                "Secret values: give tls.certFile and tls.keyFile, or set grpc.allowPlaintext: true if the "
+                "network encrypts for you (a service mesh)",
+                "tls",
+                "certFile",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_prove_themselves(self) -> HubConfig:
+        if self.replicas.enabled and self.http_auth and not self.replicas.token.get_secret_value():
+            raise invalid(
+                "is needed when HTTP callers log in: the replicas forward requests on their callers' behalf, "
+                "and prove they are replicas with this shared secret (e.g. SCALE_AGENT_HUB_REPLICAS__TOKEN)",
+                "replicas",
+                "token",
+            )
+        return self
+
+    @property
+    def http_auth(self) -> bool:
+        """Whether HTTP callers must log in (otherwise anyone who reaches the port is admin)."""
+        return bool(self.auth.methods(self.server.http_tls))
 
     @model_validator(mode="after")
     def _replicas_share_a_server_database(self) -> HubConfig:
@@ -474,3 +703,8 @@ def load_hub_config(path: Path | None, environ: Mapping[str, str] = os.environ) 
     if path is None:
         return _FORMAT.parse("", source="hub configuration (no file)", environ=environ)
     return _FORMAT.load(path, environ)
+
+
+def parse_hub_config(text: str, path: Path, environ: Mapping[str, str] = os.environ) -> HubConfig:
+    """The text of the file at `path` (read already, by the reloader), as `load_hub_config` reads it."""
+    return _FORMAT.parse(text, source=str(path), base_dir=Path(os.path.abspath(path)).parent, environ=environ)

@@ -7,14 +7,19 @@ import contextlib
 import gc
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..configwatch import ReloadStatus
+from ..kube.client import KubeClient
+from ..kube.credentials import load_credentials
 from ..protocol import SERVICE_NAME, pb_grpc
 from .accounts.credentials import CredentialsService
 from .accounts.service import AccountsService
@@ -23,9 +28,13 @@ from .agents.link import GRPC_LIMIT_FACTOR, AgentLinkService
 from .agents.registry import Registry
 from .agents.routing import OperationRouter
 from .api.app import create_app
-from .api.deps import ApiDeps
+from .api.deps import ApiDeps, GuardSettings
+from .api.security import PEER_CERT, Security
+from .auth.access import Access
+from .auth.agents import AgentIdentities
+from .auth.callers import Authenticator, StaticTokens, TokenReviewer
 from .cache.cache import Cache
-from .config import HubConfig
+from .config import HubConfig, is_loopback
 from .replicas.assignments import Assignments
 from .replicas.forwarding import Forwarder
 from .replicas.offers import Offers
@@ -43,6 +52,23 @@ logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every star
 # are freed by reference counting and hold no cycles, so they are moved out of the collector's
 # sight at this interval, after a young-generation collection has cleared recent cyclic garbage.
 GC_FREEZE_SECONDS = 30.0
+
+
+class _PeerCertificates(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, handing the app a verified client certificate (a caller's
+    login) in the ASGI scope: uvicorn itself does not pass it on."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cert = transport.get_extra_info("peercert")
+        if cert:
+            app = self.app
+
+            async def with_certificate(scope: Any, receive: Any, send: Any) -> None:
+                scope.setdefault("extensions", {})[PEER_CERT] = cert
+                await app(scope, receive, send)
+
+            self.app = with_certificate
 
 
 class _Server(uvicorn.Server):
@@ -75,7 +101,7 @@ class Hub:
         self.forwarder: Forwarder | None = None
         self.assignments: Assignments | None = None
         if r.enabled:
-            self.forwarder = Forwarder(self.replica)
+            self.forwarder = Forwarder(self.replica, r.token.get_secret_value())
             self.assignments = Assignments(
                 self.shared,
                 self.peers,
@@ -94,6 +120,7 @@ class Hub:
             router=self.router,
             token=config.auth.token.get_secret_value(),
             max_message_bytes=config.grpc.max_message_bytes,
+            identities=AgentIdentities.from_auth(config.auth),
         )
         self.tasks = TaskRunner(
             self.operations,
@@ -108,6 +135,15 @@ class Hub:
             offers = Offers(self.peers, self.forwarder, timeout=config.dynamic_accounts.agent_timeout_seconds + 10)
             self.accounts.offer = offers.offer
         self.credentials = CredentialsService(store, self.accounts, config=config.dynamic_accounts)
+        self.security = _security(config)
+        # The Host and Origin rules, changed in place when the file changes (hub/reload.py).
+        self.guard = GuardSettings(
+            config.server.allowed_hosts,
+            config.server.allowed_origins,
+            config.server.http_address,
+            self.peers.me.base_url,
+        )
+        self.reload_status: ReloadStatus | None = None  # set when the hub watches its file
         self.grpc_port = 0
         self.http_port = 0
         self._grpc: grpc.aio.Server | None = None
@@ -128,7 +164,8 @@ class Hub:
 
     @property
     def http_url(self) -> str:
-        return f"http://{_url_host(self.config.server.http_address)}:{self.http_port}"
+        scheme = "https" if self.config.server.http_tls.enabled else "http"
+        return f"{scheme}://{_url_host(self.config.server.http_address)}:{self.http_port}"
 
     @property
     def grpc_target(self) -> str:
@@ -148,6 +185,9 @@ class Hub:
             operations=self.operations,
             assignments=self.assignments,
             forwarder=self.forwarder,
+            security=self.security,
+            guard=self.guard,
+            reload_status=self.reload_status,
         )
 
     async def start(self) -> None:
@@ -166,6 +206,7 @@ class Hub:
             raise
         self._serve_http(sock)
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
+        self._say_who_may_call()
         log.info(
             "hub %s: gRPC on %s (%s), HTTP on %s",
             self.replica,
@@ -173,6 +214,31 @@ class Hub:
             "mTLS" if self.config.tls.client_ca_file else "TLS" if self.config.tls.enabled else "plaintext",
             self.http_url,
         )
+
+    def _say_who_may_call(self) -> None:
+        c = self.config
+        methods = c.auth.methods(c.server.http_tls)
+        if methods:
+            log.info("HTTP API: callers log in with %s", ", ".join(methods))
+        elif is_loopback(c.server.http_address):
+            log.info("HTTP API: no login configured; open to every caller on this machine (loopback)")
+        else:
+            log.warning(
+                "HTTP API: OPEN to anyone who reaches %s (auth.anonymous: true): every caller may read every "
+                "cluster and deploy; configure a login method (docs/security.md)",
+                c.server.http_address,
+            )
+        if c.auth.agents.enabled:
+            log.info("agents: identities configured; each agent may serve only its zones and accounts")
+            if c.auth.token.get_secret_value():
+                log.warning(
+                    "agents: auth.token is set but admits no agent on its own now that identities are configured "
+                    "(auth.agents): give each agent its identity's token, or remove auth.token"
+                )
+        elif not c.auth.token.get_secret_value() and not c.tls.client_ca_file:
+            log.warning(
+                "agents: no token and no client certificates: anyone who reaches the gRPC port may connect as an agent"
+            )
 
     async def _start_grpc(self) -> None:
         c = self.config
@@ -237,7 +303,20 @@ class Hub:
 
     def _serve_http(self, sock: socket.socket) -> None:
         app = create_app(self.api_deps())
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        tls = self.config.server.http_tls
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            http=_PeerCertificates,
+            ssl_certfile=tls.cert_file,
+            ssl_keyfile=tls.key_file,
+            ssl_ca_certs=str(tls.client_ca_file) if tls.client_ca_file else None,
+            # Asked for, not required: callers with a token connect without one.
+            ssl_cert_reqs=ssl.CERT_OPTIONAL if tls.client_ca_file else ssl.CERT_NONE,
+        )
         self._http = _Server(config)
         # The socket already listens: connections wait in its backlog until uvicorn accepts them.
         self._http_task = asyncio.get_running_loop().create_task(self._http.serve(sockets=[sock]), name="hub http")
@@ -261,6 +340,7 @@ class Hub:
             await self.assignments.stop()
         if self.forwarder is not None:
             await self.forwarder.close()
+        await self.security.close()
         await self.store.close()
 
     async def _replicas_died(self, replicas: list[str]) -> None:
@@ -317,6 +397,37 @@ def _discovery(config: HubConfig, peers: PeerSet) -> PeerDiscovery | None:
         )
         return EndpointsDiscovery(settings, peers.replace, me_id=peers.me.id)
     return None
+
+
+def _security(config: HubConfig) -> Security:
+    """The HTTP API's logins and rules, from `auth` (and `server.httpTls.clientCaFile`)."""
+    a = config.auth
+    access = Access(
+        admin_users=a.admins.users,
+        admin_groups=a.admins.groups,
+        default_permissions=a.default_permissions,
+        cache_seconds=a.decision_cache_seconds,
+    )
+    static = StaticTokens(a.static_tokens_file) if a.static_tokens_file is not None else None
+    reviewer = None
+    if a.token_review.enabled:
+        k = config.kubernetes
+
+        async def client() -> KubeClient:
+            if k.kubeconfig_file is not None:
+                credentials = await load_credentials(kubeconfig=k.kubeconfig_file, context=k.context)
+            else:
+                credentials = await load_credentials(in_cluster=True)
+            return KubeClient(credentials, timeout=10.0)
+
+        reviewer = TokenReviewer(client, audiences=a.token_review.audiences, cache_seconds=a.token_review.cache_seconds)
+    authenticator = Authenticator(
+        static_tokens=static,
+        token_reviewer=reviewer,
+        client_certificates=config.server.http_tls.client_ca_file is not None,
+        is_admin=access.is_admin,
+    )
+    return Security(authenticator, access, config.replicas.token.get_secret_value())
 
 
 def _own_base_url(config: HubConfig, port: int | None = None) -> str:

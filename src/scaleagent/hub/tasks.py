@@ -101,6 +101,10 @@ class Task:
     result_objects: list[dict[str, Any]] = field(default_factory=list)
     exception: dict[str, Any] | None = None
     ended_ms: int | None = None
+    # The accounts its operations change, and who asked: a caller may read the task when it may
+    # read all of them (docs/security.md).
+    accounts: list[str] = field(default_factory=list)
+    user: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def log(self, phase: str, status: str) -> None:
@@ -133,6 +137,10 @@ class Task:
             doc["endTimeMs"] = self.ended_ms
         if self.exception is not None:
             doc["exception"] = self.exception
+        if self.accounts:
+            doc["accounts"] = self.accounts
+        if self.user:
+            doc["user"] = self.user
         return doc
 
 
@@ -243,9 +251,9 @@ class TaskRunner:
             log.warning("%d task(s) of replica(s) %s ended as failed: %s", ended, ", ".join(replicas), why)
         return ended
 
-    async def submit(self, operations: list[Operation]) -> Task:
+    async def submit(self, operations: list[Operation], user: str = "") -> Task:
         """Create a task (recorded before its id is given out: any replica can read it) and run it."""
-        task = Task(uuid.uuid4().hex)
+        task = Task(uuid.uuid4().hex, accounts=sorted({op.account for op in operations}), user=user)
         task.log(ORCHESTRATION, "Initializing Orchestration Task")
         self._tasks[task.id] = task
         self._evict()

@@ -298,6 +298,17 @@ def _load_in_cluster(directory: Path, environ: dict[str, str]) -> Credentials:
     return _finish(cfg, source)
 
 
+def service_account_namespace(environ: Mapping[str, str] | None = None) -> str | None:
+    """The namespace of the pod's service account (its mounted `namespace` file), or None."""
+    env = os.environ if environ is None else environ
+    path = Path(env.get(SERVICE_ACCOUNT_DIR_ENV, SERVICE_ACCOUNT_DIR)) / "namespace"
+    try:
+        name = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return name or None
+
+
 CONTENT_SOURCE = "kubeconfig sent by the hub"
 """How a kubeconfig given as content is named in messages (never its content)."""
 

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import events, patching, validation
+from .authn import API_AUDIENCES, Token, TokenResult, review_token, token_review
 from .errors import StatusError, already_exists, bad_request, conflict, not_found
 from .openapi import FieldValidator
 from .rbac import Attributes, Authorizer, UserInfo, bootstrap_objects
@@ -77,7 +78,9 @@ class Cluster:
         self.registry = Registry()
         self.store = Store(history=history, watch_queue=watch_queue)
         self.authorizer = Authorizer(self._rbac_lookup)
-        self.tokens: dict[str, UserInfo] = {}
+        self.tokens: dict[str, Token] = {}
+        self.api_audiences: tuple[str, ...] = API_AUDIENCES
+        """The API server's own audiences: tokens used against this cluster must carry one."""
         self.fields = FieldValidator(
             self.registry, lambda: self.store.items("apiextensions.k8s.io/customresourcedefinitions")
         )
@@ -114,13 +117,44 @@ class Cluster:
         return self.store.items(f"rbac.authorization.k8s.io/{plural}", namespace or "")
 
     def authenticate_token(self, token: str) -> UserInfo | None:
-        return self.tokens.get(token)
+        """The user a request's bearer token authenticates as (None: 401)."""
+        known = self.tokens.get(token)
+        if known is not None and known.service_account is None:  # the common case, kept cheap
+            return known.user
+        return self.review_token(token).user
+
+    def review_token(self, token: str, audiences: Iterable[str] = ()) -> TokenResult:
+        """What the token authenticators say of `token` for `audiences` (none: this API server's)."""
+
+        def uid(namespace: str, name: str) -> str | None:
+            sa = self.store.get("/serviceaccounts", namespace, name)
+            return None if sa is None else str(sa["metadata"].get("uid", ""))
+
+        return review_token(self.tokens.get(token), tuple(audiences), self.api_audiences, uid)
 
     def add_token(
         self, user: str, groups: tuple[str, ...] = ("system:authenticated",), token: str | None = None
     ) -> str:
+        """A token for `user` with exactly these groups (kubesim's own identities use it)."""
         token = token or secrets.token_urlsafe(24)
-        self.tokens[token] = UserInfo(user, groups)
+        self.tokens[token] = Token(UserInfo(user, groups))
+        return token
+
+    def add_user_token(self, name: str, groups: Iterable[str] = (), *, uid: str = "", token: str | None = None) -> str:
+        """A static token (a line of kube-apiserver's `--token-auth-file`) for user `name`; its
+        groups get `system:authenticated` as every authenticated user's do. Returns the token."""
+        token = token or secrets.token_urlsafe(24)
+        self.tokens[token] = Token.static(name, tuple(groups), uid)
+        return token
+
+    def add_service_account_token(
+        self, namespace: str, name: str, *, audiences: Iterable[str] = (), token: str | None = None
+    ) -> str:
+        """A ServiceAccount token, as `TokenRequest` hands out (`kubectl create token NAME
+        --audience A`): user `system:serviceaccount:<namespace>:<name>`, valid only while that
+        ServiceAccount exists and only for its audiences (none: this API server's). Returns it."""
+        token = token or secrets.token_urlsafe(32)
+        self.tokens[token] = Token.for_service_account(namespace, name, tuple(audiences))
         return token
 
     def get(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
@@ -666,6 +700,16 @@ class Cluster:
 
     # -- reviews -------------------------------------------------------------------------------
 
+    def _token_review(self, rt: ResourceType, body: dict[str, Any]) -> dict[str, Any]:
+        """`POST tokenreviews`: decoded as the apiserver decodes a TokenReview (a body of another
+        kind, or fields of the wrong type, is a 400), then the token authenticators' verdict."""
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        if kind not in (None, "", rt.kind) or api_version not in (None, "", rt.api_version):
+            version = str(api_version or "").rpartition("/")[2]
+            raise bad_request(f'{kind} in version "{version}" cannot be handled as a {rt.kind}')
+        body, _ = self.fields.check(rt, body, "Ignore")
+        return token_review(body, self.review_token)
+
     def review(self, rt: ResourceType, user: UserInfo, body: dict[str, Any]) -> dict[str, Any]:
         body = validation.check_type(body)
         spec = body.get("spec") or {}
@@ -675,6 +719,8 @@ class Cluster:
             "metadata": {"creationTimestamp": None},
             "spec": spec,
         }
+        if rt.kind == "TokenReview":
+            return self._token_review(rt, body)
         if rt.kind == "SelfSubjectAccessReview":
             ra, nra = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
             if bool(ra) == bool(nra):

@@ -75,6 +75,7 @@ class UserInfo:
 
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,7 @@ BUILTIN: tuple[ResourceType, ...] = (
     _rt(
         "authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=REVIEW, generation=False
     ),
+    _rt("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, verbs=REVIEW, generation=False),
 )
 
 # Groups in the order a real apiserver lists them: core first, then by the aggregator's group

@@ -500,6 +500,9 @@ class CredentialsService:
         """Claim one definition and create its dynamic account; whether it was created."""
         try:
             definition = parse_definition({**row.body, "type": row.type, "name": row.name})
+            refused = self.accounts.resolver.refusal(definition.account.get("kubeconfigFile"))
+            if refused is not None:
+                raise InvalidRequest(f"kubeconfigFile: {refused}")
         except InvalidRequest as e:
             if self._warned.get(row.name) != row.updated_at:
                 self._warned[row.name] = row.updated_at

@@ -2,7 +2,12 @@
 
 Two forms, as Spinnaker accounts write them:
 
-- a file path (`/home/spinnaker/.kube/prod.yml`): the hub reads the file;
+- a file path (`/home/spinnaker/.kube/prod.yml`): the hub reads the file, only when it is under
+  one of the hub config's `dynamicAccounts.kubeconfigDirectories` once `..` and symbolic links
+  are resolved; with none configured (the default) plain paths are refused. Whoever may create
+  accounts must not be able to make the hub read, or tell apart, any file it can read
+  (`/etc/shadow`): every refusal of a file (outside the directories, missing, unreadable, not a
+  kubeconfig) has the same message, and the precise reason goes to the hub's log only;
 - `encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>`: Spinnaker's secret engine syntax for a
   Kubernetes Secret. The hub reads the Secret through its own Kubernetes credentials (hub config
   `kubernetes.kubeconfigFile`/`context`, or its in-cluster service account) and decodes the key.
@@ -34,7 +39,9 @@ from ...kube.errors import APIError, ConnectionFailed, CredentialsError
 from .errors import KubeconfigRefError
 
 __all__ = [
+    "DIRECTORIES_SETTING",
     "MAX_KUBECONFIG_BYTES",
+    "UNUSABLE_FILE",
     "FileRef",
     "KubeconfigResolver",
     "SecretRef",
@@ -44,6 +51,16 @@ __all__ = [
 
 MAX_KUBECONFIG_BYTES = 1024 * 1024
 """A kubeconfig larger than this is refused: it would be stored, and sent to agents, whole."""
+
+DIRECTORIES_SETTING = "dynamicAccounts.kubeconfigDirectories"
+"""The hub setting that lists where kubeconfig files may be read from."""
+
+UNUSABLE_FILE = (
+    "the kubeconfig file cannot be used: it must be a readable kubeconfig file under one of the directories in "
+    f"the hub's {DIRECTORIES_SETTING} (the hub's log tells its operator why this one is not)"
+)
+"""Every refusal of a file an account names, whatever the reason, so that it tells nothing of
+the file (the reference is not repeated either: the same words for every file)."""
 
 _PREFIXES = ("encryptedFile:", "encrypted:")
 _PARAMS = {"n": "name", "k": "key", "ns": "namespace"}
@@ -165,10 +182,14 @@ class KubeconfigResolver:
         context: str | None = None,
         namespace: str | None = None,
         service_account_dir: Path | None = None,
+        directories: tuple[Path, ...] | None = None,
     ) -> None:
         """`kubeconfig_file`/`context`: the hub's own credentials (hub config `kubernetes`);
         without a file, the in-cluster service account (from `service_account_dir`, by default
-        the standard mount). `namespace`: for references without `!ns:`."""
+        the standard mount). `namespace`: for references without `!ns:`. `directories`: where
+        file references may point (`dynamicAccounts.kubeconfigDirectories`; empty: nowhere);
+        None, for a resolver built from parts in a test or tool, reads any path."""
+        self.directories = directories
         self._kubeconfig_file = kubeconfig_file
         self._context = context
         self._namespace = namespace
@@ -177,11 +198,36 @@ class KubeconfigResolver:
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_config(cls, kubernetes: Any) -> KubeconfigResolver:
-        """From the hub config's `kubernetes` section (a `KubernetesConfig`)."""
+    def from_config(cls, kubernetes: Any, directories: tuple[Path, ...] = ()) -> KubeconfigResolver:
+        """From the hub config's `kubernetes` section (a `KubernetesConfig`) and
+        `dynamicAccounts.kubeconfigDirectories`."""
         return cls(
-            kubeconfig_file=kubernetes.kubeconfig_file, context=kubernetes.context, namespace=kubernetes.namespace
+            kubeconfig_file=kubernetes.kubeconfig_file,
+            context=kubernetes.context,
+            namespace=kubernetes.namespace,
+            directories=tuple(directories),
         )
+
+    def refusal(self, reference: str | None) -> str | None:
+        """Why `reference` is refused before anything is read, or None: a plain path when no
+        kubeconfigDirectories are configured. Says nothing of any file."""
+        if reference is None or self.directories is None:
+            return None
+        if not isinstance(reference, str) or reference.startswith(_PREFIXES):
+            return None
+        if not self.directories:
+            return (
+                "plain file paths are disabled on this hub: give a Kubernetes Secret, "
+                "'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>', or have the hub's operator list the "
+                f"directories kubeconfig files may be read from in {DIRECTORIES_SETTING}"
+            )
+        # Checked as written, without touching the file system (which would tell what exists);
+        # symbolic links are followed when the file is read, with the same rule.
+        written = os.path.normpath(os.path.abspath(reference))
+        roots = [os.path.normpath(os.path.abspath(d)) for d in self.directories]
+        if any(os.path.commonpath([written, root]) == root for root in roots):
+            return None
+        return f"the path is outside the directories this hub reads kubeconfig files from ({DIRECTORIES_SETTING})"
 
     async def close(self) -> None:
         if self._client is not None:
@@ -192,7 +238,13 @@ class KubeconfigResolver:
         """The kubeconfig `reference` points at, checked to be one (see `check_kubeconfig`).
         Raises KubeconfigRefError with the reason."""
         ref = parse_reference(reference)
-        if isinstance(ref, FileRef):
+        if isinstance(ref, FileRef) and self.directories is not None:
+            if not self.directories:
+                raise KubeconfigRefError(f"kubeconfig file {reference!r}: {self.refusal(reference)}")
+            # Judged as read (links followed), every refusal with the same message.
+            content = await asyncio.to_thread(_read_allowed, ref.path, self.directories, reference)
+            origin = f"kubeconfig file {reference!r}"
+        elif isinstance(ref, FileRef):
             content = await asyncio.to_thread(_read_file, ref.path)
             origin = f"kubeconfig file {ref.path}"
         else:
@@ -282,6 +334,25 @@ def _read_file(path: Path) -> bytes:
         raise KubeconfigRefError(f"kubeconfig file {path}: the hub may not read it (permission denied)") from None
     except OSError as e:
         raise KubeconfigRefError(f"kubeconfig file {path}: cannot be read: {e.strerror or type(e).__name__}") from None
+    return content
+
+
+def _read_allowed(path: Path, directories: tuple[Path, ...], reference: str) -> bytes:
+    """The kubeconfig at `path`, which must resolve (symbolic links and `..` followed) under one
+    of `directories` and be a kubeconfig. Every refusal raises the same KubeconfigRefError, so
+    that an API caller learns nothing of the file; the reason is logged for the operator."""
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(d) for d in directories]
+    try:
+        if not any(os.path.commonpath([real, root]) == root for root in roots):
+            raise KubeconfigRefError(
+                f"kubeconfig file {path}: resolves to {real}, outside {DIRECTORIES_SETTING} ({', '.join(roots)})"
+            )
+        content = _read_file(Path(real))
+        check_kubeconfig(content, f"kubeconfig file {path}")
+    except KubeconfigRefError as e:
+        log.warning("kubeconfigFile %r refused: %s", reference, e)
+        raise KubeconfigRefError(UNUSABLE_FILE) from None
     return content
 
 

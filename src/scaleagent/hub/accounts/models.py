@@ -24,7 +24,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from ...configfile import normalize_permissions
 from ..store import AccountRow
 from .errors import InvalidRequest, KubeconfigRefError
 from .kubeconfig_refs import parse_reference
@@ -60,6 +62,7 @@ SETTINGS = (
     "omitKinds",
     "onlyNamespacedResources",
     "customResourceDefinitions",
+    "permissions",
 )
 """The account settings kept in the `properties` column and sent to the agent with the account
 (`context` travels in its own field of the message)."""
@@ -118,6 +121,20 @@ class _AccountFields(BaseModel):
     omitKinds: list[str] | None = Field(None, description="Every kind but these")
     onlyNamespacedResources: bool | None = Field(None, description="Skip cluster-scoped kinds")
     customResourceDefinitions: list[str] | None = Field(None, description="Custom kinds to follow, as 'Kind.group'")
+    permissions: dict[str, list[str]] | None = Field(
+        None,
+        description="Who may see and change the account through the hub: {READ: [groups], WRITE: [groups]} "
+        "(Spinnaker's account permissions; docs/security.md)",
+    )
+
+    @field_validator("permissions", mode="before")
+    @classmethod
+    def _permissions(cls, value: Any) -> Any:
+        try:
+            normalized = normalize_permissions(value)
+        except PydanticCustomError as e:
+            raise ValueError(str(e)) from None
+        return None if value is None else {key: list(roles) for key, roles in normalized.items()}
 
     @field_validator("zoneId")
     @classmethod
@@ -351,6 +368,7 @@ class AccountView(BaseModel):
     omitKinds: list[str] | None = None
     onlyNamespacedResources: bool | None = None
     customResourceDefinitions: list[str] | None = None
+    permissions: dict[str, list[str]] | None = None
     errorMessage: str | None = Field(None, description="Why it is FAILED (or what went wrong last)")
     failedCount: int = Field(description="Failed attempts since the last manual migration")
     agentId: str | None = Field(None, description="The agent serving it (or that served it last)")

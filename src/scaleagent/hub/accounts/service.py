@@ -130,7 +130,7 @@ class AccountsService:
             dispatcher,
             config=config.dynamic_accounts,
             box=box,
-            resolver=KubeconfigResolver.from_config(config.kubernetes),
+            resolver=KubeconfigResolver.from_config(config.kubernetes, config.dynamic_accounts.kubeconfig_directories),
         )
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -173,8 +173,17 @@ class AccountsService:
     # --- requests ------------------------------------------------------------------------------
 
     async def create(self, accounts: list[AccountIn]) -> list[AccountRow]:
-        """Store new accounts INACTIVE, all or none. Raises Conflict if a name exists."""
+        """Store new accounts INACTIVE, all or none. Raises Conflict if a name exists, or
+        InvalidRequest for a kubeconfigFile this hub does not take (a plain path, unless
+        kubeconfigDirectories are configured)."""
         _check_unique(a.name for a in accounts)
+        refused = [
+            f"account {a.name!r}: kubeconfigFile: {why}"
+            for a in accounts
+            if (why := self.resolver.refusal(a.kubeconfigFile)) is not None
+        ]
+        if refused:
+            raise InvalidRequest(refused)
         rows = {
             a.name: {
                 "zone_id": a.zoneId,
@@ -231,6 +240,11 @@ class AccountsService:
             except ValueError as e:
                 problems.append(f"{change.name!r}: {e}")
                 continue
+            if "kubeconfigFile" in given or change.state == S.ACTIVE:
+                why = self.resolver.refusal(merged.get("kubeconfigFile"))
+                if why is not None:
+                    problems.append(f"{change.name!r}: kubeconfigFile: {why}")
+                    continue
             values = _stored(row, given)
             changed = bool(values)
             target: AccountState | None = None

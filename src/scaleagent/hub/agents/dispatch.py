@@ -11,6 +11,11 @@ network did: a timeout, a session that ends, or an account the answer leaves out
 `(False, reason)` for that account, so that callers (the REST API's state machine) can record a
 reason for each account without a special path.
 
+An agent whose identity (hub/auth/agents.py) does not allow an account's name is never sent it:
+`add` answers `(False, reason)` for that account without asking the agent (`sessions` offers a
+zone's accounts only to sessions whose identity allows the zone; the hub refuses a session that
+declares a zone its identity does not allow).
+
 The kubeconfig is base64-encoded here, in memory, into the message and nowhere else; it is never
 logged.
 """
@@ -77,7 +82,10 @@ class AccountDispatcher:
         found = [
             s
             for s in self.registry.sessions.values()
-            if s.dynamic_accounts_enabled and s.control is not None and (zone_id is None or s.zone_id == zone_id)
+            if s.dynamic_accounts_enabled
+            and s.control is not None
+            and (zone_id is None or s.zone_id == zone_id)
+            and (zone_id is None or s.grant is None or s.grant.allows_zone(zone_id))
         ]
         return sorted(found, key=lambda s: s.connected_at)
 
@@ -87,14 +95,28 @@ class AccountDispatcher:
         """Ask the session's agent to follow these accounts (or to start them over with these
         settings); {name: (accepted, reason)}. Accepted means started, not yet watching."""
         names = _unique([a.name for a in accounts], "add")
+        refused = {
+            a.name: (False, f"agent identity {session.identity!r} may not stream account {a.name!r}")
+            for a in accounts
+            if not session.allows(a.name)
+        }
+        if refused:
+            log.warning(
+                "not sending account(s) %s to agent %s: %s",
+                ", ".join(refused),
+                session.agent_id,
+                f"its identity {session.identity!r} does not allow them",
+            )
+            accounts = [a for a in accounts if a.name not in refused]
+            names = [n for n in names if n not in refused]
         if not accounts:
-            return {}
+            return refused
         request_id = uuid.uuid4().hex
         message = pb.CachingControl(
             add_accounts=pb.AddAccounts(request_id=request_id, accounts=[_dynamic_account(a) for a in accounts])
         )
         log.info("asking agent %s to add account(s) %s (request %s)", session.agent_id, ", ".join(names), request_id)
-        return await self._request(session, request_id, names, message, timeout)
+        return refused | await self._request(session, request_id, names, message, timeout)
 
     async def delete(
         self, session: Session, names: list[str], timeout: float = DEFAULT_TIMEOUT

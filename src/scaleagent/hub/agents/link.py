@@ -3,6 +3,11 @@
 Every refusal (bad token, no hello, a protocol version we do not speak, a malformed stream) ends
 only that agent's stream, with a status that says why, and is logged with the agent's address:
 other agents never notice.
+
+Each agent proves an identity (hub/auth/agents.py): with `auth.agents` configured, its own token
+or its client certificate's CN, which decides the zones it may declare and the accounts it may
+stream; without, the shared token (or certificate, or its address) stands for it. One identity
+holds at most `auth.agents.maxSessionsPerIdentity` Caching sessions on this replica.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ...protocol import PROTOCOL_VERSION, pb, pb_grpc
 from ...protocol.states import AgentAccountState
+from ..auth.agents import AgentIdentities, AgentIdentity, hash_token
 from ..cache.cache import Cache
 from ..store import StoreError
 from .registry import Registry, Session
@@ -60,20 +66,24 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         router: OperationRouter,
         token: str,
         max_message_bytes: int,
+        identities: AgentIdentities | None = None,
     ) -> None:
         self.registry, self.cache = registry, cache
         # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (dispatch.py),
         # and their operation results with the operations (routing.py).
         self.dispatcher, self.router = dispatcher, router
         self._token = token
+        self.identities = identities if identities is not None else AgentIdentities()
         self.max_message_bytes = max_message_bytes
         self.refused = 0
 
     async def Caching(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         session: Session | None = None
         try:
-            self._authorize(context)
+            identity = self._authorize(context)
             hello = await self._hello(context)
+            self._check_zone(identity, hello)
+            self._check_sessions(identity)  # nothing awaited from here to open: the count holds
             session = self.registry.open(
                 Session(
                     agent_id=hello.agent_id,
@@ -82,6 +92,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     peer=context.peer(),
                     replica=self.registry.replica,
                     dynamic_accounts_enabled=hello.dynamic_accounts_enabled,
+                    grant=identity,
+                    proof=self._proof(context),
+                    checked_generation=self.identities.generation,
                 )
             )
             outbox: asyncio.Queue[pb.CachingControl] = asyncio.Queue()
@@ -133,13 +146,87 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             if session is not None:
                 self.registry.close(session)
 
-    def _authorize(self, context: grpc.aio.ServicerContext) -> None:
-        if not self._token:
-            return
+    def _authorize(self, context: grpc.aio.ServicerContext) -> AgentIdentity:
+        """The identity the agent proves with its bearer token and client certificate."""
         given = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not (given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self._token.encode())):
+        token = given[7:] if given.startswith("Bearer ") and len(given) > 7 else None
+        common_name = _common_name(context)
+        if self.identities.enabled:
+            identity = self.identities.identify(token, common_name, context.peer())
+            if identity is None:
+                proofs = ["a bearer token" if token else "no bearer token"]
+                proofs.append(
+                    f"a client certificate with CN {common_name!r}" if common_name else "no client certificate"
+                )
+                raise LinkRefused(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    f"no agent identity (auth.agents) matches this agent ({' and '.join(proofs)}); with agent "
+                    "identities configured the shared auth.token alone is not enough: give the agent its own "
+                    "token (scale-agent agents token) or a client certificate whose CN an identity names",
+                )
+            return identity
+        if self._token and not (token is not None and hmac.compare_digest(token.encode(), self._token.encode())):
             raise LinkRefused(
                 grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (the agent's clouddriver.auth.token)"
+            )
+        identity = self.identities.identify(token if self._token else None, common_name, context.peer())
+        assert identity is not None  # without configured identities every agent has a stand-in one
+        return identity
+
+    @staticmethod
+    def _proof(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        token = given[7:] if given.startswith("Bearer ") and len(given) > 7 else None
+        return (hash_token(token) if token else None), _common_name(context)
+
+    def _check_again(self, session: Session) -> None:
+        """The identities changed while the agent is connected: it keeps its session only if its
+        proof still names the same identity, and that identity still allows its zone and every
+        account it streams. Otherwise the session ends, saying why; the agent reconnects and is
+        judged like a new one (refused, or refused the accounts it may no longer serve)."""
+        session.checked_generation = self.identities.generation
+        token_hash, common_name = session.proof
+        now = self.identities.identify_hashed(token_hash, common_name)
+        was = session.identity
+        if now is None or now.name != was:
+            why = (
+                f"agent identity {was!r} was removed from auth.agents"
+                if now is None
+                else f"its proof now names agent identity {now.name!r}, not {was!r}"
+            )
+        elif not now.allows_zone(session.zone_id):
+            zones = now.allowed_zones()
+            why = f"agent identity {was!r} may no longer serve zone {session.zone_id!r} (its zones: {zones})"
+        else:
+            lost = sorted(a for a in session.accounts if not now.allows_account(a))
+            if not lost:
+                session.grant = now
+                return
+            names, allowed = ", ".join(map(repr, lost)), now.allowed_accounts()
+            why = f"agent identity {was!r} may no longer stream {names} (its accounts: {allowed})"
+        raise LinkRefused(grpc.StatusCode.PERMISSION_DENIED, f"the agent identities changed: {why}")
+
+    def _check_zone(self, identity: AgentIdentity, hello: pb.Hello) -> None:
+        if not identity.allows_zone(hello.zone_id):
+            declared = (
+                f"zone {hello.zone_id!r}"
+                if hello.zone_id
+                else "no zone (set the agent's zoneId, or give the identity zones: ['*'])"
+            )
+            raise LinkRefused(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"agent {hello.agent_id!r} proved agent identity {identity.name!r}, which may not serve "
+                f"{declared} (its zones: {identity.allowed_zones()})",
+            )
+
+    def _check_sessions(self, identity: AgentIdentity) -> None:
+        limit = self.identities.max_sessions
+        held = sum(1 for s in self.registry.sessions.values() if s.identity == identity.name)
+        if held >= limit:
+            raise LinkRefused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"agent identity {identity.name!r} already holds {held} session(s) on this hub replica, "
+                f"its limit (auth.agents.maxSessionsPerIdentity: {limit})",
             )
 
     async def _hello(self, context: grpc.aio.ServicerContext) -> pb.Hello:
@@ -170,12 +257,16 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         while True:
             msg = await context.read()
             heard.now()
+            if self.identities.enabled and self.identities.refresh() != session.checked_generation:
+                self._check_again(session)
             if msg is grpc.aio.EOF:
                 # Also what gRPC itself leaves us with after cutting a message over its own limit.
                 log.info(
-                    "agent %s ended its Caching stream (a message over %d bytes would also end it here)",
+                    "agent %s ended its Caching stream (gRPC ends a stream the same way when a message is over "
+                    "its transport limit, %d bytes: %dx grpc.maxMessageBytes)",
                     session.agent_id,
                     GRPC_LIMIT_FACTOR * self.max_message_bytes,
+                    GRPC_LIMIT_FACTOR,
                 )
                 return
             size = msg.ByteSize()
@@ -220,8 +311,11 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             standing_by = await self.registry.admit(session, a.name, a.api_host, a.certificate_fingerprint)
         except StoreError as e:
             # Without the shared table no replica can tell who streams it: ask again later.
-            standing_by = f"the hub cannot reach its database to claim the account ({e}); it will ask again"
-            log.error("account %s of agent %s: %s", a.name, session.agent_id, standing_by)
+            unclaimed = f"the hub cannot reach its database to claim the account ({e})"
+            delay = self.registry.ask_again_later(session, a.name, unclaimed)
+            log.error("account %s of agent %s: %s; asking again in %gs", a.name, session.agent_id, unclaimed, delay)
+            _refuse(session, a.name, f"{unclaimed}; it will ask again")
+            return
         if standing_by is not None:
             _refuse(session, a.name, standing_by)
             return
@@ -266,7 +360,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         session: Session | None = None
         sender: asyncio.Task[None] | None = None
         try:
-            self._authorize(context)
+            identity = self._authorize(context)
             first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
             if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
                 raise LinkRefused(
@@ -274,7 +368,8 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 )
             hello = first.hello
             session = self.registry.sessions.get(hello.session_id)
-            if session is None or session.agent_id != hello.agent_id:
+            if session is None or session.agent_id != hello.agent_id or session.identity != identity.name:
+                # Another identity's session is not this agent's, whatever agent id it declares.
                 raise LinkRefused(
                     grpc.StatusCode.FAILED_PRECONDITION, "no Caching session with that id for this agent on this hub"
                 )
@@ -310,6 +405,23 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     session.operations_attached = False
                     session.operate = None
                     self.router.detached(session)
+
+
+def _common_name(context: grpc.aio.ServicerContext) -> str | None:
+    """The subject CN of the client certificate gRPC verified (mTLS), or None."""
+    try:
+        auth = context.auth_context() or {}
+    except Exception:  # no TLS: nothing to read
+        return None
+    for value in auth.get("x509_common_name") or ():
+        if value:
+            return value.decode(errors="replace")
+    for value in auth.get("x509_subject") or ():
+        for part in value.decode(errors="replace").split(","):
+            key, _, cn = part.strip().partition("=")
+            if key == "CN" and cn:
+                return cn
+    return None
 
 
 def _refuse(session: Session, name: str, why: str) -> None:

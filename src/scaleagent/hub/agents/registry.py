@@ -12,6 +12,12 @@ for, which agent and zone serve it, and its state. A restarted hub reads the ACT
 DISCONNECTED, so a name keeps its cluster through the restart and is orphaned if no agent
 returns within the grace period. Writes go through one background task, in order, so the
 event path never waits for the database.
+
+With agent identities (`auth.agents`, hub/auth/agents.py), a session carries the identity its
+agent proved; an account outside that identity's accounts is refused, and an account is bound to
+the first identity that streams it (`kubesvc_agent_bindings`, kept through restarts): another
+identity's claim is refused before any of its events reach the cache, until an admin releases
+the binding (`release_binding`).
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from typing import Any, Protocol
 
 from ...protocol import pb
 from ...protocol.states import AgentAccountState
+from ..auth.agents import AgentIdentity
 from ..cache.cache import Cache
 from ..states import AGENT_TRANSITIONS, AccountState, Presence
 from ..store import AccountNotFound, Store, StoreError
+from ..store.bindings import BindingStore
 
 log = logging.getLogger("scaleagent.hub.registry")
 
@@ -61,12 +69,20 @@ class Session:
     peer: str
     replica: str
     dynamic_accounts_enabled: bool = True
+    # Who the agent proved to be (hub/auth/agents.py); None: not checked (in-process tests).
+    grant: AgentIdentity | None = None
+    # What the agent proved itself with (its token's hash, its certificate's CN), kept to check it
+    # again when the identities change; and the generation of identities it was last checked against.
+    proof: tuple[str | None, str | None] = (None, None)
+    checked_generation: int = 0
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     connected_at: float = field(default_factory=time.time)
     accounts: set[str] = field(default_factory=set)
     rejected: dict[str, str] = field(default_factory=dict)
     # The refusal last sent to the agent for each account (sent once per reason; link.py).
     refused: dict[str, str] = field(default_factory=dict)
+    # Accounts the database could not claim, and how many times in a row (the wait before asking again).
+    store_failures: dict[str, int] = field(default_factory=dict)
     events: int = 0
     batches: int = 0
     dropped: int = 0
@@ -76,9 +92,19 @@ class Session:
     # Sends an operation down the Operations stream; None while that stream is not attached.
     operate: Callable[[pb.Operation], None] | None = None
 
+    @property
+    def identity(self) -> str:
+        """The name of the agent identity this session proved ("" when not checked)."""
+        return "" if self.grant is None else self.grant.name
+
+    def allows(self, account: str) -> bool:
+        """Whether this session's identity may serve `account` (always, without identities)."""
+        return self.grant is None or not self.grant.configured or self.grant.allows_account(account)
+
     def info(self) -> dict[str, Any]:
         return {
             "agentId": self.agent_id,
+            "identity": self.identity,
             "sessionId": self.id,
             "zoneId": self.zone_id,
             "agentVersion": self.agent_version,
@@ -143,7 +169,12 @@ class Registry:
         self.listeners: list[Callable[[str, Session | None, AccountRecord | None], None]] = []
         # With replicas, the referee of which replica's agent streams each account (None: one hub).
         self.claims: Claims | None = None
+        # The first wait before asking an agent again about an account the database could not claim.
+        self.store_retry_seconds = 1.0
         self._background: set[asyncio.Task[Any]] = set()
+        # Which agent identity each account is bound to: in the database, or here without one.
+        self.bindings: BindingStore | None = None if store is None else BindingStore(store)
+        self._bound: dict[str, str] = {}
 
     def _notify(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         for listener in self.listeners:
@@ -252,8 +283,22 @@ class Registry:
     async def admit(self, session: Session, name: str, api_host: str, fingerprint: str = "") -> str | None:
         """Whether `session` may stream `name` (None) or stands by (why): one session streams an
         account at a time, on this replica and, through `claims`, across replicas. Two agents
-        streaming one account would undo each other's changes in the cache."""
-        if not api_host or name in session.accounts:
+        streaming one account would undo each other's changes in the cache.
+
+        First of all, the session's agent identity must be allowed the account, and the account
+        must not be bound to another identity (it is bound to this one from its first stream);
+        raises StoreError when the database cannot say."""
+        why = await self._admit(session, name, api_host, fingerprint)
+        session.store_failures.pop(name, None)  # the database answered
+        return why
+
+    async def _admit(self, session: Session, name: str, api_host: str, fingerprint: str) -> str | None:
+        if name in session.accounts:
+            return None
+        refused = await self._identity_refuses(session, name, bind=bool(api_host))
+        if refused is not None:
+            return refused
+        if not api_host:
             return None
         record = self.accounts.get(name)
         if record is not None and record.state != ORPHANED:
@@ -276,6 +321,73 @@ class Registry:
         else:
             session.refused.pop(name, None)
         return why
+
+    async def _identity_refuses(self, session: Session, name: str, *, bind: bool) -> str | None:
+        grant = session.grant
+        if grant is None or not grant.configured:
+            return None
+        why: str | None = None
+        if not grant.allows_account(name):
+            why = (
+                f"agent identity {grant.name!r} may not stream account {name!r} "
+                f"(its accounts: {grant.allowed_accounts()})"
+            )
+        else:
+            bound = await self._binding(name, grant.name, session.zone_id, bind)
+            if bound is not None and bound != grant.name:
+                why = (
+                    f"account {name!r} is bound to agent identity {bound!r}; this agent proved identity "
+                    f"{grant.name!r}, so it may not stream it (an admin releases the binding to move the account)"
+                )
+        if why is None:
+            return None
+        return self._reject(session, name, why, f"agent {session.agent_id} (identity {grant.name})")
+
+    def _reject(self, session: Session, name: str, why: str, who: str) -> str:
+        """`session` may not stream `name`: said once in the log, and to the listeners; returns `why`."""
+        if session.rejected.get(name) != why:
+            log.warning("%s: %s", who, why)
+        session.rejected[name] = why
+        session.accounts.discard(name)
+        self._notify(
+            AgentAccountState.REJECTED,
+            session,
+            AccountRecord(
+                name,
+                reason=why,
+                agent_state=AgentAccountState.REJECTED,
+                zone_id=session.zone_id,
+                agent_id=session.agent_id,
+            ),
+        )
+        return why
+
+    async def _binding(self, name: str, identity: str, zone: str, bind: bool) -> str | None:
+        """The identity `name` is bound to, binding it to `identity` first when `bind` and unbound."""
+        if self.bindings is None:
+            if bind:
+                return self._bound.setdefault(name, identity)
+            return self._bound.get(name)
+        if bind:
+            row = await self.bindings.bind(name, identity, zone)
+            if row.identity == identity and name not in self._bound:
+                log.info("account %s is bound to agent identity %s (zone %r)", name, identity, zone)
+            self._bound[name] = row.identity
+            return row.identity
+        found = await self.bindings.get(name)
+        return None if found is None else found.identity
+
+    async def release_binding(self, account: str) -> bool:
+        """Forget which agent identity `account` is bound to (an admin's decision: the cluster
+        moves to another agent); True if it was bound. The next identity to stream it binds it,
+        and agents refused it are asked to describe it again. Raises StoreError."""
+        released = self._bound.pop(account, None) is not None
+        if self.bindings is not None:
+            released = await self.bindings.release(account)
+        if released:
+            log.warning("account %s: its agent identity binding was released", account)
+        self.unblock(account)
+        return released
 
     def _stand_by(self, session: Session, name: str, why: str) -> None:
         if session.rejected.get(name) != why:
@@ -349,23 +461,8 @@ class Registry:
                     f"served by {owner}); this agent describes API server {api_host or 'unknown'} "
                     f"with fingerprint {fingerprint or 'unknown'}"
                 )
-                if session.rejected.get(name) != why:
-                    log.warning("agent %s: %s", session.agent_id, why)
-                session.rejected[name] = why
-                session.accounts.discard(name)
                 record.sessions.discard(session.id)
-                self._notify(
-                    AgentAccountState.REJECTED,
-                    session,
-                    AccountRecord(
-                        name,
-                        reason=why,
-                        agent_state=AgentAccountState.REJECTED,
-                        zone_id=session.zone_id,
-                        agent_id=session.agent_id,
-                    ),
-                )
-                return why
+                return self._reject(session, name, why, f"agent {session.agent_id}")
             # The only session serving it now points it elsewhere: its next snapshot replaces the old objects.
         was_serving = record is not None and record.state == ACTIVE
         if record is None or record.state == ORPHANED:
@@ -415,6 +512,11 @@ class Registry:
             return  # only an agent serving the account can give it up
         record.sessions.discard(session.id)
         if not record.sessions:
+            log.info(
+                "account %s: agent %s stopped following it; INACTIVE, its objects leave the cache",
+                name,
+                session.agent_id,
+            )
             self._forget(record)
 
     def close(self, session: Session) -> None:
@@ -487,6 +589,25 @@ class Registry:
             self._background.add(task)
             task.add_done_callback(self._background.discard)
         self.unblock(record.name)
+
+    def ask_again_later(self, session: Session, name: str, why: str) -> float:
+        """The database could not say whether `session` may stream `name`: ask its agent to
+        describe it again after a wait that doubles with each failure in a row (1 s to 30 s).
+        Returns the wait."""
+        failures = session.store_failures[name] = session.store_failures.get(name, 0) + 1
+        delay = min(30.0, self.store_retry_seconds * 2 ** (failures - 1))
+        session.rejected[name] = why
+        session.accounts.discard(name)
+        asyncio.get_running_loop().call_later(delay, self._ask_again, session.id, name, why)
+        return delay
+
+    def _ask_again(self, session_id: str, name: str, why: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is None or session.rejected.get(name) != why:
+            return  # the session ended, or the account was settled another way meanwhile
+        session.refused.pop(name, None)
+        if session.control is not None:
+            session.control(pb.CachingControl(resync=pb.Resync(account=name)))
 
     def unblock(self, name: str, standby_only: bool = False) -> None:
         """Agents refused this name (or, with `standby_only`, only those standing by for it) may

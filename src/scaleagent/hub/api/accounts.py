@@ -71,9 +71,11 @@ _NAMES_BODY = {
 }
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
+    403: {"model": ErrorBody, "description": "The caller is not an admin (managing dynamic accounts)"},
     404: {"model": ErrorBody, "description": "No such dynamic account; nothing was changed"},
     409: {"model": ErrorBody, "description": "The state does not allow it, or the name exists; nothing was changed"},
     413: {"model": ErrorBody, "description": f"The body is larger than {MAX_BODY_BYTES} bytes; nothing was changed"},
+    415: {"model": ErrorBody, "description": "The body is not sent as JSON (Content-Type: application/json)"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
 

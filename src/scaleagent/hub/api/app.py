@@ -1,5 +1,6 @@
 """The hub's HTTP API app (port 7002): the routers of each API, health, readiness and metrics,
-and one error shape for everything FastAPI itself refuses."""
+one error shape for everything FastAPI itself refuses, and the API's description: `/openapi.json`
+(completed by `schemas.complete_openapi`) and its pages, `/docs` and `/redoc` (docs.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,25 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ... import __version__
 from .accounts import accounts_router
+from .bindings import bindings_router
 from .common import HubRoute, invalid_parameters
 from .credentials import credentials_router
 from .deps import ApiDeps
+from .docs import add_docs
+from .guard import RequestGuard
 from .objects import objects_router
 from .operations import operations_router
 from .replicas import AccountForwarding, replicas_router
+from .schemas import Health, Ready, Whoami, complete_openapi
+from .security import OPEN_PATHS, Authentication, admin_only, principal_of
 
 
 def create_app(deps: ApiDeps) -> FastAPI:
@@ -27,18 +34,38 @@ def create_app(deps: ApiDeps) -> FastAPI:
         title="Scale Agent hub",
         version=__version__,
         description="Connected agents, their accounts, and a real-time cache of every cluster's objects.",
+        docs_url=None,  # served by add_docs, from files in the package
+        redoc_url=None,
     )
     app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
     app.include_router(objects_router(deps))
-    app.include_router(accounts_router(deps.accounts))
-    app.include_router(credentials_router(deps.credentials))
+    app.include_router(accounts_router(deps.accounts), dependencies=[admin_only(deps, "managing dynamic accounts")])
+    app.include_router(credentials_router(deps.credentials), dependencies=[admin_only(deps, "managing credentials")])
     app.include_router(operations_router(deps))
     app.include_router(replicas_router(deps))
-    app.add_middleware(AccountForwarding, deps=deps)
+    app.include_router(bindings_router(deps))
+    app.add_middleware(AccountForwarding, deps=deps)  # forwards with the caller found below
+    app.add_middleware(Authentication, security=deps.security)  # outside: every request has its caller
+    app.add_middleware(RequestGuard, settings=deps.guard)  # outermost: Host and Origin checked before all
+    add_docs(app)
 
-    @app.get("/health", tags=["health"], summary="Liveness, with a summary of sessions and the cache")
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            app.openapi_schema = complete_openapi(doc, OPEN_PATHS)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to complete the document
+
+    @app.get(
+        "/health",
+        tags=["health"],
+        summary="Liveness, with a summary of sessions and the cache",
+        response_model=None,
+        responses={200: {"model": Health}},
+    )
     async def health() -> dict[str, Any]:
-        return {
+        doc = {
             "status": "ok",
             "replica": deps.replica,
             "agents": len(deps.registry.sessions),
@@ -46,15 +73,40 @@ def create_app(deps: ApiDeps) -> FastAPI:
             "replicas": len(deps.peers.all()),
             "cache": deps.cache.stats(),
         }
+        if deps.reload_status is not None:
+            doc["configuration"] = deps.reload_status.document()
+        return doc
 
-    @app.get("/ready", tags=["health"], summary="Ready to serve (both ports listening)")
+    @app.get(
+        "/api/v1/whoami",
+        tags=["auth"],
+        summary="Who the hub takes the caller for",
+        response_model=None,
+        responses={200: {"model": Whoami}},
+    )
+    async def whoami(request: Request) -> dict[str, Any]:
+        return {**principal_of(request).document(), "authentication": deps.security.enabled}
+
+    @app.get(
+        "/ready",
+        tags=["health"],
+        summary="Ready to serve (both ports listening)",
+        response_model=None,
+        responses={200: {"model": Ready}},
+    )
     async def ready() -> dict[str, bool]:
         return {"ready": True}
 
     metrics_registry = CollectorRegistry()
     metrics_registry.register(_Collector(deps))
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"description": "Prometheus' text format"}},
+    )
     async def metrics() -> Response:
         return Response(generate_latest(metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -107,6 +159,38 @@ class _Collector:
             "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.deps.router.sent
         )
         yield GaugeMetricFamily("scale_agent_hub_replicas", "Hub replicas known", value=len(self.deps.peers.all()))
+        status = self.deps.reload_status
+        if status is not None:
+            changes = CounterMetricFamily(
+                "scale_agent_hub_config_changes",
+                "Changes of the configuration file, applied or refused (it did not load)",
+                labels=["outcome"],
+            )
+            changes.add_metric(["applied"], status.applied)
+            changes.add_metric(["refused"], status.refused)
+            yield changes
+            yield GaugeMetricFamily(
+                "scale_agent_hub_config_refused",
+                "1 while the file's last change was refused (the running settings stay)",
+                value=1.0 if status.last_error else 0.0,
+            )
+        security = self.deps.security
+        logins = CounterMetricFamily(
+            "scale_agent_hub_http_authentications",
+            "HTTP requests by how the caller logged in (rejected: an invalid credential; none: no credential)",
+            labels=["method"],
+        )
+        for method, n in sorted(security.authenticator.counts.items()):
+            logins.add_metric([method], n)
+        yield logins
+        decisions = CounterMetricFamily(
+            "scale_agent_hub_authorization_decisions",
+            "Authorization decisions by outcome (cached: answered from the decision cache)",
+            labels=["outcome"],
+        )
+        for outcome, n in sorted(security.access.counts.items()):
+            decisions.add_metric([outcome], n)
+        yield decisions
         yield CounterMetricFamily(
             "scale_agent_hub_operations_forwarded",
             "Operations forwarded to the replica streaming their account",

@@ -16,7 +16,10 @@ tests mount them in bare ones) answers the same way.
 
 Bodies: `read_body` refuses one larger than MAX_BODY_BYTES with a 413 before holding it whole,
 rather than reading gigabytes into memory to find out they are too many; `read_json` says why a
-body is not JSON without echoing it.
+body is not JSON without echoing it, and takes one only with a JSON Content-Type
+(`application/json`, parameters allowed, or `application/*+json`), else 415: a web page can send
+`text/plain` to any address without the browser asking first (a "simple" CORS request), never
+`application/json`, so this is what keeps a page the user has open from posting operations.
 
 Errors: one shape for every API (`ErrorBody`: `error`, `status`, and `problems` when there are
 several), built by `error_response`; `answer` runs a request's work and turns what the accounts
@@ -30,7 +33,7 @@ from typing import Any, get_args
 
 import orjson
 from annotated_types import Ge, Gt, Le, Lt
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -43,10 +46,13 @@ from ..store import StoreError
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "BodyRefused",
     "BodyTooLarge",
     "HubRoute",
+    "UnsupportedMediaType",
     "error_response",
     "invalid_parameters",
+    "json_body",
     "read_body",
 ]
 
@@ -54,8 +60,38 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 """A request body larger than this is refused (413) before it is read whole."""
 
 
-class BodyTooLarge(Exception):
+class BodyRefused(Exception):
+    """The request body is refused before it is read as JSON; answered `status`."""
+
+    status = 400
+
+
+class BodyTooLarge(BodyRefused):
     """The request body is larger than the hub takes; answered 413."""
+
+    status = 413
+
+
+class UnsupportedMediaType(BodyRefused):
+    """The request body is not declared as JSON (its Content-Type); answered 415."""
+
+    status = 415
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """Whether a Content-Type value declares JSON: `application/json` or `application/<x>+json`,
+    with any parameters (`; charset=utf-8`)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def check_json_content_type(request: Request) -> None:
+    """UnsupportedMediaType unless the request declares a JSON body (see `is_json_media_type`)."""
+    given = request.headers.get("content-type")
+    if given is not None and is_json_media_type(given):
+        return
+    got = "no Content-Type" if given is None else f"Content-Type {given[:100]!r}"
+    raise UnsupportedMediaType(f"the body must be JSON sent with Content-Type: application/json; the request has {got}")
 
 
 def error_response(status: int, message: str, problems: list[str] | None = None) -> JSONResponse:
@@ -147,14 +183,15 @@ class ErrorBody(BaseModel):
     error: str = Field(description="What was wrong, naming the account and field")
     status: int
     problems: list[str] | None = Field(None, description="Every problem found, when there are several")
+    reason: str | None = Field(None, description="On some errors, a word for the cause: `UnknownKind`")
 
 
 async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
     """Run the request and answer `status` with its JSON result, or the error it raised."""
     try:
         result = await work()
-    except BodyTooLarge as e:
-        return error_response(413, str(e))
+    except BodyRefused as e:
+        return error_response(e.status, str(e))
     except InvalidRequest as e:
         return error_response(400, str(e), e.problems)
     except UnknownAccounts as e:
@@ -170,7 +207,10 @@ async def answer(status: int, work: Callable[[], Awaitable[Any]]) -> Response:
 
 async def read_json(request: Request, empty: str = "the body is empty: send a JSON list") -> Any:
     """The request body as JSON, or InvalidRequest saying why not (without echoing it); `empty`
-    is the message for an empty body, saying what to send. BodyTooLarge past MAX_BODY_BYTES."""
+    is the message for an empty body, saying what to send. UnsupportedMediaType unless the
+    Content-Type says JSON (checked first, so that nothing is read); BodyTooLarge past
+    MAX_BODY_BYTES."""
+    check_json_content_type(request)
     raw = await read_body(request)
     if not raw.strip():
         raise InvalidRequest(empty)
@@ -178,3 +218,14 @@ async def read_json(request: Request, empty: str = "the body is empty: send a JS
         return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+
+
+async def json_body(request: Request, empty: str) -> Any:
+    """`read_json` for routes that answer a refused body at once: its refusal is raised as the
+    HTTPException the app answers in the hub's error shape (413, 415, or 400 saying why)."""
+    try:
+        return await read_json(request, empty)
+    except BodyRefused as e:
+        raise HTTPException(e.status, str(e)) from None
+    except InvalidRequest as e:
+        raise HTTPException(400, str(e)) from None

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view, summary_view
 from ..accounts.errors import InvalidRequest
 from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
+from .schemas import CredentialsDefinition, CredentialsSummary
 
 __all__ = ["credentials_router"]
 
@@ -67,9 +68,11 @@ _DEFINITION_BODY = {
 }
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
+    403: {"model": ErrorBody, "description": "The caller is not an admin (managing credentials)"},
     404: {"model": ErrorBody, "description": "No such account; nothing was changed"},
     409: {"model": ErrorBody, "description": "The name exists, or the account is in the middle of a migration"},
     413: {"model": ErrorBody, "description": f"The body is larger than {MAX_BODY_BYTES} bytes; nothing was changed"},
+    415: {"model": ErrorBody, "description": "The body is not sent as JSON (Content-Type: application/json)"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
 
@@ -96,6 +99,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         summary="List stored account definitions",
         description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
         "accountType, requiredGroupMembership, permissions. With `expand=true`, whole.",
+        response_model=list[CredentialsSummary | CredentialsDefinition],
     )
     async def list_all(
         expand: Annotated[str | None, Query(description="true: whole definitions")] = None,
@@ -106,7 +110,11 @@ def credentials_router(service: CredentialsService) -> APIRouter:
 
         return await answer(200, work)
 
-    @router.get("/credentials/type/{accountType}", summary="Definitions of one type, by name, a page at a time")
+    @router.get(
+        "/credentials/type/{accountType}",
+        summary="Definitions of one type, by name, a page at a time",
+        response_model=list[CredentialsDefinition],
+    )
     async def list_type(
         accountType: str,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many")] = DEFAULT_LIMIT,
@@ -118,7 +126,9 @@ def credentials_router(service: CredentialsService) -> APIRouter:
 
         return await answer(200, work)
 
-    @router.get("/credentials/{accountName}", summary="One stored account definition")
+    @router.get(
+        "/credentials/{accountName}", summary="One stored account definition", response_model=CredentialsDefinition
+    )
     async def get_one(accountName: str) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.get(accountName))
@@ -130,6 +140,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         summary="Create an account (with the interceptor on: a dynamic account, migrated)",
         openapi_extra=_DEFINITION_BODY,
         description=f"One definition; only type {KUBERNETES!r}. Answers the definition as stored.",
+        response_model=CredentialsDefinition,
     )
     async def create(request: Request) -> Response:
         async def work() -> dict[str, Any]:
@@ -143,6 +154,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         openapi_extra=_DEFINITION_BODY,
         description="The whole definition: settings it leaves out are cleared. With the interceptor on, "
         "a dynamic account by that name is changed and its agents sent the new settings.",
+        response_model=CredentialsDefinition,
     )
     async def update(request: Request) -> Response:
         async def work() -> dict[str, Any]:

@@ -4,8 +4,9 @@ test can build an app from the parts it has."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ...configwatch import ReloadStatus
 from ..accounts.credentials import CredentialsService
 from ..accounts.service import AccountsService
 from ..agents.link import AgentLinkService
@@ -17,8 +18,21 @@ from ..replicas.forwarding import Forwarder
 from ..replicas.operations import ReplicaOperations
 from ..replicas.peers import PeerSet
 from ..tasks import TaskRunner
+from .security import Security
 
-__all__ = ["ApiDeps"]
+__all__ = ["ApiDeps", "GuardSettings"]
+
+
+@dataclass
+class GuardSettings:
+    """What the request guard (api/guard.py) checks Host and Origin headers against: the hub
+    config's `server.allowedHosts` and `server.allowedOrigins` (lowercase), the address the HTTP
+    API listens on, and this replica's base URL (how the other replicas reach it)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    listen_address: str = "127.0.0.1"
+    base_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,9 +47,15 @@ class ApiDeps:
     link: AgentLinkService  # its count of refused streams, for /metrics
     peers: PeerSet
     operations: ReplicaOperations
+    # Who may call and what they may do; an open hub (everyone is admin) unless given.
+    security: Security = field(default_factory=Security.open)
     # With replicas (replicas.cluster other than none): who streams what, and the client to the others.
     assignments: Assignments | None = None
     forwarder: Forwarder | None = None
+    # Host and Origin checks (api/guard.py); None (an app built from parts in a test): none.
+    guard: GuardSettings | None = None
+    # How applying the configuration file went (None: the hub does not watch one).
+    reload_status: ReloadStatus | None = None
 
     @property
     def replicated(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Annotated, Any
 
 import orjson
@@ -16,6 +17,7 @@ from pydantic import BaseModel, Field
 from ...kube.errors import SelectorError
 from ...kube.selectors import parse_label_selector
 from ...protocol.states import AgentAccountState
+from ..auth.access import READ
 from ..cache.cache import SubscriptionOverflow
 from ..cache.manifests import manifest_view
 from ..replicas.forwarding import PeerUnreachable
@@ -24,11 +26,22 @@ from ..store import StoreError
 from .common import HubRoute
 from .deps import ApiDeps
 from .replicas import forwarded
+from .schemas import EVENT_STREAM, FORBIDDEN, KubernetesList, ManifestView, error
+from .security import check_account, check_admin, login_check, principal_of, readable
 
 log = logging.getLogger("scaleagent.hub.api.objects")
 
 # Sent on an idle watch so proxies keep the stream open and clients notice a dead hub.
 HEARTBEAT_SECONDS = 15.0
+
+UNKNOWN_ACCOUNT = error("The account is not known to this hub")
+REPLICA_UNREACHABLE = error("The account is streamed through another hub replica, which is unreachable")
+
+
+class EventStreamResponse(StreamingResponse):
+    """What the watch answers: it declares `text/event-stream` in the API's description."""
+
+    media_type = "text/event-stream"
 
 
 class AgentInfo(BaseModel):
@@ -118,8 +131,10 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         response_model=list[AgentInfo],
         tags=["agents"],
         summary="Agents connected to the hub (every replica's, each with its `replica`)",
+        responses={403: FORBIDDEN},
     )
     async def agents(request: Request) -> list[dict[str, Any]]:
+        check_admin(deps, request, "listing agents")
         parts = await gathered(request, "/armory/agents", [s.info() for s in registry.sessions.values()])
         return [a for part in parts for a in part]
 
@@ -130,7 +145,12 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         summary="Accounts registered by agents, with their cluster's identity and cache counts (every replica's)",
     )
     async def accounts(request: Request) -> list[dict[str, Any]]:
-        local = [registry.account_info(r) for r in sorted(registry.accounts.values(), key=lambda r: r.name)]
+        caller = principal_of(request)
+        local = [
+            registry.account_info(r)
+            for r in sorted(registry.accounts.values(), key=lambda r: r.name)
+            if readable(deps, caller, r.name)
+        ]
         merged: dict[str, dict[str, Any]] = {}
         for part in await gathered(request, "/api/v1/accounts", local):
             for doc in part:
@@ -143,24 +163,35 @@ def objects_router(deps: ApiDeps) -> APIRouter:
                     merged[name] = doc
         return [merged[n] for n in sorted(merged)]
 
-    @router.get("/api/v1/accounts/{account}", response_model=AccountInfo, tags=["accounts"], summary="One account")
-    async def account(account: str) -> dict[str, Any]:
+    @router.get(
+        "/api/v1/accounts/{account}",
+        response_model=AccountInfo,
+        tags=["accounts"],
+        summary="One account",
+        responses={403: FORBIDDEN, 404: UNKNOWN_ACCOUNT, 503: REPLICA_UNREACHABLE},
+    )
+    async def account(request: Request, account: str) -> dict[str, Any]:
+        await check_account(deps, request, READ, account)
         return registry.account_info(record(account))
 
     @router.get(
         "/api/v1/accounts/{account}/objects",
         tags=["objects"],
         summary="Cached objects of an account, as a Kubernetes List",
+        response_class=JSONResponse,
         responses={
-            200: {"description": "`{apiVersion: v1, kind: List, items: [...]}`, each item the object's JSON"},
-            400: {"description": "invalid labelSelector"},
-            404: {
-                "description": "unknown account, or a `kind` the account does not follow (`reason`: "
-                "`UnknownKind`; a followed kind with no objects is an empty list)"
-            },
+            200: {"model": KubernetesList, "description": "The objects, each item the object's JSON"},
+            400: error("Invalid labelSelector"),
+            403: FORBIDDEN,
+            404: error(
+                "Unknown account, or a `kind` the account does not follow (`reason`: `UnknownKind`; a followed "
+                "kind with no objects is an empty list)"
+            ),
+            503: REPLICA_UNREACHABLE,
         },
     )
     async def objects(
+        request: Request,
         account: str,
         kind: Annotated[str | None, Query(description="Kind or Kind.group, case-insensitive")] = None,
         namespace: str | None = None,
@@ -168,6 +199,7 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         labelSelector: Annotated[str | None, Query(description="Kubernetes label selector syntax")] = None,
         application: Annotated[str | None, Query(description="Spinnaker moniker application")] = None,
     ) -> Response:
+        await check_account(deps, request, READ, account)
         if kind is not None:
             unknown = unknown_kind(record(account), kind)
             if unknown:
@@ -195,8 +227,17 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         summary="One object in Clouddriver's manifest shape",
         description="`name` is `kind name`, e.g. `deployment my-app` (URL-encoded: `deployment%20my-app`); "
         "`location` is the namespace, or `_` for cluster-scoped objects.",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": ManifestView},
+            400: error("`name` is not `kind name`"),
+            403: FORBIDDEN,
+            404: error("Unknown account, or no such object in the cache"),
+            503: REPLICA_UNREACHABLE,
+        },
     )
-    async def manifest(account: str, location: str, name: str) -> Response:
+    async def manifest(request: Request, account: str, location: str, name: str) -> Response:
+        await check_account(deps, request, READ, account)
         record(account)
         kind, _, object_name = name.partition(" ")
         if not object_name:
@@ -218,6 +259,8 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         "`{account, type, kind, group, namespace, name, resourceVersion, object}`. Filters take "
         "several values (repeat the parameter or separate with commas). A client that reads too "
         "slowly gets an `event: error` and the stream ends; reconnect and reread the objects.",
+        response_class=EventStreamResponse,
+        responses={200: EVENT_STREAM, 403: error("The caller may not READ an account named in `account`")},
     )
     async def watch(
         request: Request,
@@ -225,10 +268,18 @@ def objects_router(deps: ApiDeps) -> APIRouter:
         kind: Annotated[list[str], Query()] = [],  # noqa: B006
         namespace: Annotated[list[str], Query()] = [],  # noqa: B006
     ) -> StreamingResponse:
+        for name in _split(account):  # naming an account one may not read is a 403, not silence
+            await check_account(deps, request, READ, name)
         subscription = cache.subscribe(accounts=_split(account), kinds=_split(kind), namespaces=_split(namespace))
-        stream = _sse(subscription, request)
+        caller = principal_of(request)
+        valid = _LoginCheck(login_check(request), lambda: deps.security.authenticator.generation)
+
+        def visible(name: str) -> bool:
+            return readable(deps, caller, name)
+
+        stream = _sse(subscription, request, visible, valid)
         if deps.replicated and not forwarded(request):
-            stream = _gathered_sse(deps, subscription, request)
+            stream = _gathered_sse(deps, subscription, request, visible, valid)
         return StreamingResponse(
             stream,
             media_type="text/event-stream",
@@ -268,7 +319,31 @@ def _error_frame(message: str) -> bytes:
     return b"event: error\ndata: " + orjson.dumps({"message": message}) + b"\n\n"
 
 
-async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> Any:
+LOGIN_CHECK_SECONDS = 1.0
+
+
+class _LoginCheck:
+    """A watch outlives the request that opened it: before a change is sent, if the last check is
+    older than LOGIN_CHECK_SECONDS, the caller's login is checked again (cheap: static tokens are a
+    hash, reviews are cached), and a revoked one (a token taken out of the file, a ServiceAccount
+    deleted) ends the stream with an error event instead."""
+
+    ENDED = "subscription ended: your login is no longer valid; log in again and watch again"
+
+    def __init__(self, still_valid: Any, generation: Any) -> None:
+        self.still_valid, self.generation = still_valid, generation
+        self.seen = self.generation()
+        self.next = time.monotonic() + LOGIN_CHECK_SECONDS
+
+    async def revoked(self) -> bool:
+        """Checked at most once a second, and at once when the tokens file was read again."""
+        if time.monotonic() < self.next and self.generation() == self.seen:
+            return False
+        self.next, self.seen = time.monotonic() + LOGIN_CHECK_SECONDS, self.generation()
+        return not await self.still_valid()
+
+
+async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request, visible: Any, valid: _LoginCheck) -> Any:
     """This replica's changes and every other replica's (their own watch, one hop), in one stream.
     It ends with an `error` event when a replica's stream breaks or the set of replicas changes,
     since an account may then move: the client rereads the objects and watches again, as after
@@ -297,7 +372,8 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> A
         async with subscription:
             try:
                 async for change in subscription:
-                    put(_frame(change))
+                    if visible(change.account):
+                        put(_frame(change))
             except SubscriptionOverflow as e:
                 put(_error_frame(str(e)))
         put(_error_frame(f"hub replica {deps.replica} is stopping; watch again"))
@@ -343,6 +419,9 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> A
                     return
                 yield b": heartbeat\n\n"
                 continue
+            if await valid.revoked():  # checked before a change goes out, not after
+                yield _error_frame(valid.ENDED)
+                return
             yield frame
             if frame.startswith(b"event: error"):
                 return
@@ -353,7 +432,7 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request) -> A
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _sse(subscription: Any, request: Request) -> Any:
+async def _sse(subscription: Any, request: Request, visible: Any, valid: _LoginCheck) -> Any:
     async with subscription:
         iterator = subscription.__aiter__()
         while True:
@@ -368,5 +447,10 @@ async def _sse(subscription: Any, request: Request) -> Any:
                 return
             except SubscriptionOverflow as e:
                 yield b"event: error\ndata: " + orjson.dumps({"message": str(e)}) + b"\n\n"
+                return
+            if not visible(change.account):
+                continue
+            if await valid.revoked():  # checked before a change goes out, not after
+                yield _error_frame(valid.ENDED)
                 return
             yield _frame(change)

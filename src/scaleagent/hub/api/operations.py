@@ -17,18 +17,33 @@ import asyncio
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..accounts.errors import InvalidRequest
 from ..agents.routing import OperationReply
+from ..auth.access import READ, WRITE
 from ..cache.cache import version_at_least
 from ..replicas.forwarding import PeerUnreachable
 from ..store import StoreError
 from ..tasks import PHASES, RUNNING, BadOperations, parse_operations
-from .common import BodyTooLarge, HubRoute, error_response, read_json
+from .common import BodyRefused, HubRoute, error_response, json_body, read_json
 from .deps import ApiDeps
 from .replicas import forward, forwarded, holder_elsewhere
+from .schemas import (
+    AGENT_ERRORS,
+    CACHE_REFRESH_BODY,
+    FORBIDDEN,
+    NOT_JSON,
+    ONE_OPERATION_BODY,
+    OPERATIONS_BODY,
+    TOO_LARGE,
+    CacheRefresh,
+    TaskDocument,
+    TaskRef,
+    error,
+)
+from .security import audit, check_account, principal_of
 
 __all__ = ["operations_router"]
 
@@ -50,6 +65,15 @@ def _failed(reply: OperationReply) -> Response:
     return error_response(code if 400 <= code <= 599 else 502, str(error.get("message") or "the operation failed"))
 
 
+_SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": TaskRef, "description": "The task, created; read it at `resourceUri`"},
+    400: error("The body is not a list of operations this hub runs, or a number is out of its range; no task"),
+    403: error("The caller may not WRITE an account the operations name; no task"),
+    413: TOO_LARGE,
+    415: NOT_JSON,
+}
+
+
 def operations_router(deps: ApiDeps) -> APIRouter:
     api = APIRouter(tags=["operations"], route_class=HubRoute)
     # Operations of the refresh and pod logs run here: the request was forwarded to this replica
@@ -61,11 +85,15 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         try:
             body = await read_json(request)
             operations = parse_operations([{single: body}] if single is not None else body)
-        except BodyTooLarge as e:
-            return error_response(413, str(e))
+        except BodyRefused as e:
+            return error_response(e.status, str(e))
         except (InvalidRequest, BadOperations) as e:
             return error_response(400, str(e))
-        task = await runner.submit(operations)
+        audit(request, operations=[{"type": op.type, "account": op.account} for op in operations])
+        for account in sorted({op.account for op in operations}):
+            await check_account(deps, request, WRITE, account)
+        task = await runner.submit(operations, user=principal_of(request).name)
+        audit(request, task=task.id)
         return JSONResponse({"id": task.id, "resourceUri": f"/task/{task.id}"})
 
     @api.post(
@@ -74,12 +102,28 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         description='A JSON list such as `[{"deployManifest": {"account": "prod", "manifests": '
         "[...]}}]`; operations run in order and the task stops at the first failure. "
         f"Types: {', '.join(PHASES)}. See docs/operations.md.",
+        response_class=JSONResponse,
+        responses=_SUBMIT_RESPONSES,
+        openapi_extra=OPERATIONS_BODY,
     )
     async def post_ops(request: Request) -> Response:
         return await submit(request)
 
-    @api.post("/kubernetes/ops/{type_}", summary="Run one operation as a task")
-    async def post_op(type_: str, request: Request) -> Response:
+    @api.post(
+        "/kubernetes/ops/{type}",
+        summary="Run one operation as a task",
+        description="The body is one operation's description; the path names its type. Any other type is a 400.",
+        response_class=JSONResponse,
+        responses=_SUBMIT_RESPONSES,
+        openapi_extra=ONE_OPERATION_BODY,
+    )
+    async def post_op(
+        type_: Annotated[
+            str,
+            Path(alias="type", description="The operation's type", json_schema_extra={"enum": list(PHASES)}),
+        ],
+        request: Request,
+    ) -> Response:
         return await submit(request, type_)
 
     @api.get(
@@ -88,6 +132,14 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         description="`state` is running, completed or failed; `status`, `history` and `resultObjects` "
         "have Clouddriver's shape. `waitSeconds` holds the answer until the task ends "
         f"(at most {MAX_TASK_WAIT_SECONDS:g} s), so clients need not poll.",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": TaskDocument},
+            400: error("`waitSeconds` is not a number of at least 0"),
+            403: error("The caller neither sent the task nor may READ every account it changes"),
+            404: error("No such task (finished tasks beyond `operations.maxTasks` are forgotten)"),
+            503: error("The task could not be read from the database"),
+        },
     )
     async def get_task(
         request: Request,
@@ -105,12 +157,21 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         task = runner.get(task_id)
         if task is None:
             return await stored_task(request, task_id)
+        await may_read_task(request, task.accounts, task.user)
         if waitSeconds > 0 and not task.done.is_set():
             try:
                 await asyncio.wait_for(task.done.wait(), min(waitSeconds, MAX_TASK_WAIT_SECONDS))
             except TimeoutError:
                 pass
         return Response(orjson.dumps(task.document()), media_type="application/json")
+
+    async def may_read_task(request: Request, accounts: list[str], user: str) -> None:
+        """Its submitter, and whoever may read every account it changes, may read a task."""
+        caller = principal_of(request)
+        if caller.admin or (user and caller.name == user and caller.method != "anonymous"):
+            return
+        for account in accounts:
+            await check_account(deps, request, READ, account)
 
     async def stored_task(request: Request, task_id: str) -> Response:
         """A task this replica does not run: from the replica running it (which can wait for its
@@ -124,6 +185,9 @@ def operations_router(deps: ApiDeps) -> APIRouter:
                 404, f"task {task_id} not found (finished tasks beyond operations.maxTasks are forgotten)"
             )
         replica, doc = stored
+        listed = doc.get("accounts")
+        accounts = [a for a in listed if isinstance(a, str)] if isinstance(listed, list) else []
+        await may_read_task(request, accounts, str(doc.get("user") or ""))
         if doc.get("state") == RUNNING and replica != deps.replica and deps.replicated and not forwarded(request):
             assert deps.assignments is not None and deps.forwarder is not None
             base_url = await deps.assignments.base_url(replica)
@@ -147,14 +211,20 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         "otherwise (or without a version) the live object is read through the agent and the "
         "answer waits until the cache shows it: 200, or 202 if it did not within "
         f"{REFRESH_WAIT_SECONDS:g} s.",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": CacheRefresh, "description": "The cache holds the live object (or there is none)"},
+            202: {"model": CacheRefresh, "description": "The cache did not show the live object in time (`pending`)"},
+            400: error("The body is invalid (named in `error`)"),
+            403: FORBIDDEN,
+            413: TOO_LARGE,
+            415: NOT_JSON,
+            **AGENT_ERRORS,
+        },
+        openapi_extra=CACHE_REFRESH_BODY,
     )
     async def refresh(request: Request) -> Response:
-        try:
-            body = await read_json(request, 'the body is empty: send {"account", "location", "name"}')
-        except BodyTooLarge as e:
-            return error_response(413, str(e))
-        except InvalidRequest as e:
-            return error_response(400, str(e))
+        body = await json_body(request, 'the body is empty: send {"account", "location", "name"}')
         if not isinstance(body, dict):
             return error_response(400, 'the body must be a JSON object: {"account", "location", "name"}')
         account, location, name = (
@@ -176,6 +246,7 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         if not isinstance(name, str) or len(name.split()) != 2:
             return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
         kind, object_name = name.split()
+        await check_account(deps, request, READ, account)
         peer = await holder_elsewhere(deps, account, forwarded(request))
         if peer is not None:
             return await forward(
@@ -209,8 +280,15 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         "/api/v1/accounts/{account}/namespaces/{namespace}/pods/{pod}/log",
         response_class=PlainTextResponse,
         summary="A pod's log, read through the account's agent",
+        responses={
+            200: {"description": "The log, as plain text"},
+            400: error("`tailLines` is not a whole number in its range"),
+            403: FORBIDDEN,
+            **AGENT_ERRORS,
+        },
     )
     async def pod_log(
+        http: Request,
         account: str,
         namespace: str,
         pod: str,
@@ -220,6 +298,7 @@ def operations_router(deps: ApiDeps) -> APIRouter:
             Query(ge=0, le=MAX_TAIL_LINES, description="Only the last lines of the log"),
         ] = None,
     ) -> Response:
+        await check_account(deps, http, READ, account)
         request: dict[str, Any] = {"namespace": namespace, "name": pod, "container": container}
         if tailLines is not None:
             request["tailLines"] = tailLines

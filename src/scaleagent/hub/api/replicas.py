@@ -22,14 +22,40 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..accounts.errors import InvalidRequest
+from ..auth.access import WRITE
 from ..replicas.forwarding import HOP_HEADER, PeerUnreachable
 from ..replicas.peers import Peer
 from ..store import StoreError
-from .common import BodyTooLarge, HubRoute, error_response, read_json
+from .common import HubRoute, error_response, json_body
 from .deps import ApiDeps
+from .schemas import (
+    ACCOUNTS_BODY,
+    FORBIDDEN,
+    FORWARDED_OPERATION_BODY,
+    NAMES_BODY,
+    NOT_JSON,
+    TOO_LARGE,
+    Assignment,
+    OperationResult,
+    Released,
+    ReplicaInfo,
+    Stopped,
+    Taken,
+    error,
+)
+from .security import check_account, check_admin, replicas_only
 
 log = logging.getLogger("scaleagent.hub.api.replicas")
+
+_ONLY_REPLICAS = error(
+    "Not sent by a hub replica: with logins on, only a request with the replicas' token (`replicas.token`)"
+)
+_BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: error("The body is not of the shape described"),
+    403: _ONLY_REPLICAS,
+    413: TOO_LARGE,
+    415: NOT_JSON,
+}
 
 _ACCOUNT_PATHS = (re.compile(r"^/api/v1/accounts/([^/]+)(?:/.*)?$"), re.compile(r"^/manifests/([^/]+)/.*$"))
 
@@ -105,6 +131,8 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         summary="The hub replicas discovery knows",
         description="Each `{baseUrl, id, lastUpdated, ready}`, as the seeds show Clouddriver replicas; "
         "`ready` follows the pod's readiness. One replica lists only itself.",
+        response_model=None,
+        responses={200: {"model": list[ReplicaInfo]}},
     )
     async def clouddrivers() -> list[dict[str, Any]]:
         dead: set[str] = set()
@@ -116,8 +144,19 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         # A replica whose heartbeat stopped is not ready, whatever its pod's readiness still says.
         return [{**p.document(), "ready": p.ready and p.id not in dead} for p in deps.peers.all()]
 
-    @api.get("/armory/replicas/assignments", summary="Which replica and agent stream each account")
-    async def assignments() -> Response:
+    @api.get(
+        "/armory/replicas/assignments",
+        summary="Which replica and agent stream each account",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": list[Assignment]},
+            403: FORBIDDEN,
+            404: error("This hub runs as one replica (`replicas.cluster: none`): nothing is assigned"),
+            503: error("The database failed"),
+        },
+    )
+    async def assignments(request: Request) -> Response:
+        check_admin(deps, request, "reading the assignments of accounts to replicas")
         if deps.assignments is None:
             return error_response(404, "this hub runs as one replica (replicas.cluster: none): nothing is assigned")
         try:
@@ -131,19 +170,23 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         summary="Run an operation forwarded by another replica on this replica's agent",
         description='Body `{"operation": {id, account, type, request, timeoutMs}}`; the answer is the '
         "agent's result, once this replica's cache shows the change. Never forwarded further.",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": OperationResult},
+            **_BODY_ERRORS,
+            403: error(f"{_ONLY_REPLICAS['description']}; or the caller it acts for may not WRITE the account"),
+        },
+        openapi_extra=FORWARDED_OPERATION_BODY,
     )
     async def operations(request: Request) -> Response:
-        try:
-            body = await read_json(request, 'the body is empty: send {"operation": {...}}')
-        except BodyTooLarge as e:
-            return error_response(413, str(e))
-        except InvalidRequest as e:
-            return error_response(400, str(e))
+        replicas_only(deps, request)
+        body = await json_body(request, 'the body is empty: send {"operation": {...}}')
         op = body.get("operation") if isinstance(body, dict) else None
         problems = _operation_problems(op)
         if problems:
             return error_response(400, "; ".join(problems))
         assert isinstance(op, dict)
+        await check_account(deps, request, WRITE, op["account"])  # for the caller the replica acts for
         timeout = min(op["timeoutMs"], 3_600_000) / 1000
         reply = await deps.operations.run_here(op["account"], op["type"], op.get("request") or {}, timeout, op["id"])
         if reply.ok and reply.expect:
@@ -153,14 +196,16 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
             reply.cache_missed = []
         return Response(orjson.dumps(reply.document()), media_type="application/json")
 
-    @api.post("/armory/replicas/released", summary="Another replica let these accounts go")
+    @api.post(
+        "/armory/replicas/released",
+        summary="Another replica let these accounts go",
+        response_class=JSONResponse,
+        responses={200: {"model": Released}, **_BODY_ERRORS},
+        openapi_extra=ACCOUNTS_BODY,
+    )
     async def released(request: Request) -> JSONResponse:
-        try:
-            body = await read_json(request, 'the body is empty: send {"accounts": [...]}')
-        except BodyTooLarge as e:
-            return error_response(413, str(e))
-        except InvalidRequest as e:
-            return error_response(400, str(e))
+        replicas_only(deps, request)
+        body = await json_body(request, 'the body is empty: send {"accounts": [...]}')
         accounts = body.get("accounts") if isinstance(body, dict) else None
         if not isinstance(accounts, list) or not all(isinstance(a, str) for a in accounts):
             return error_response(400, 'the body must be {"accounts": ["name", ...]}')
@@ -169,20 +214,27 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         return JSONResponse({"accounts": accounts})
 
     async def names_of(request: Request) -> list[str] | Response:
+        replicas_only(deps, request)
         if not forwarded(request):
             return error_response(403, "only hub replicas send this (with the X-Scale-Agent-Forwarded-By header)")
-        try:
-            body = await read_json(request, 'the body is empty: send {"names": [...]}')
-        except BodyTooLarge as e:
-            return error_response(413, str(e))
-        except InvalidRequest as e:
-            return error_response(400, str(e))
+        body = await json_body(request, 'the body is empty: send {"names": [...]}')
         names = body.get("names") if isinstance(body, dict) else None
         if not isinstance(names, list) or not all(isinstance(n, str) and 0 < len(n) <= 253 for n in names):
             return error_response(400, 'the body must be {"names": ["account", ...]}')
         return names
 
-    @api.post("/armory/replicas/migrate", summary="Send accounts another replica has no agent for to this one's")
+    @api.post(
+        "/armory/replicas/migrate",
+        summary="Send accounts another replica has no agent for to this one's",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": Taken},
+            **_BODY_ERRORS,
+            403: error(f"{_ONLY_REPLICAS['description']} and the `X-Scale-Agent-Forwarded-By` header"),
+            503: error("The database failed"),
+        },
+        openapi_extra=NAMES_BODY,
+    )
     async def migrate(request: Request) -> Response:
         names = await names_of(request)
         if isinstance(names, Response):
@@ -193,7 +245,17 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
             return error_response(503, str(e))
         return JSONResponse({"taken": taken})
 
-    @api.post("/armory/replicas/stop", summary="This replica's agents stop following these accounts")
+    @api.post(
+        "/armory/replicas/stop",
+        summary="This replica's agents stop following these accounts",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": Stopped},
+            **_BODY_ERRORS,
+            403: error(f"{_ONLY_REPLICAS['description']} and the `X-Scale-Agent-Forwarded-By` header"),
+        },
+        openapi_extra=NAMES_BODY,
+    )
     async def stop(request: Request) -> Response:
         names = await names_of(request)
         if isinstance(names, Response):

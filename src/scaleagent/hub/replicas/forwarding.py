@@ -15,17 +15,27 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..auth.principal import CURRENT
+
 log = logging.getLogger("scaleagent.hub.replicas.forwarding")
 
 HOP_HEADER = "X-Scale-Agent-Forwarded-By"
 """Set on every request a replica sends to another: the receiver answers it locally."""
 
+REPLICA_TOKEN_HEADER = "X-Scale-Agent-Replica-Token"
+"""The replicas' shared token (`replicas.token`): proves the request comes from a replica."""
+
+ON_BEHALF_HEADER = "X-Scale-Agent-On-Behalf-Of"
+"""The caller (JSON: name, groups, admin) a replica forwards a request for; believed only with
+the replicas' token, and checked again by the receiver against the accounts it holds."""
+
 CONNECT_TIMEOUT_SECONDS = 2.0
 """A live replica accepts a connection in milliseconds; one that does not within this is down."""
 
 # Request headers passed on (the rest, Host and hop-by-hop ones included, are the client's
-# business with the first replica).
-_PASSED = ("accept", "content-type", "authorization")
+# business with the first replica). The caller's own credentials are not: with logins on, the
+# replicas' token and the caller's identity travel instead (a client certificate cannot).
+_PASSED = ("accept", "content-type")
 
 
 class PeerUnreachable(Exception):
@@ -49,8 +59,9 @@ class Answer:
 class Forwarder:
     """One pooled HTTP client for everything this replica asks its peers."""
 
-    def __init__(self, me: str) -> None:
+    def __init__(self, me: str, token: str = "") -> None:
         self.me = me
+        self._token = token
         self._session: aiohttp.ClientSession | None = None
         self.forwarded = 0
 
@@ -69,6 +80,11 @@ class Forwarder:
     def _headers(self, given: Mapping[str, str] | None) -> dict[str, str]:
         headers = {k: v for k, v in (given or {}).items() if k.lower() in _PASSED}
         headers[HOP_HEADER] = self.me
+        if self._token:
+            headers[REPLICA_TOKEN_HEADER] = self._token
+            caller = CURRENT.get()
+            if caller is not None:
+                headers[ON_BEHALF_HEADER] = orjson.dumps(caller.document()).decode()
         return headers
 
     async def request(
@@ -123,7 +139,7 @@ class Forwarder:
         """Whether a replica answers its liveness check now (a refused connection answers at once)."""
         try:
             async with self._client().get(
-                base_url + "/health", headers={HOP_HEADER: self.me}, timeout=aiohttp.ClientTimeout(total=3.0)
+                base_url + "/health", headers=self._headers(None), timeout=aiohttp.ClientTimeout(total=3.0)
             ) as response:
                 return response.status == 200
         except (aiohttp.ClientError, TimeoutError, OSError):

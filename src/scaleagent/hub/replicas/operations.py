@@ -97,6 +97,7 @@ class ReplicaOperations:
                     lost = e
                     gone.append(e)
             elif peer is None and lost is None and not await self._coming_back(account):
+                log.info("operation %s on account %s: no replica streams it, nor is it expected back", op_id, account)
                 return await self.router.run(account, type_, request, max(remaining, 0.1), op_id)
             if loop.time() + waited >= deadline:
                 if lost is None:
@@ -128,6 +129,15 @@ class ReplicaOperations:
         deadline = loop.time() + timeout
         if not self.local(account):
             await self._until(account, deadline, lambda: self.local(account))
+        if self.registry.accounts.get(account) is None:
+            # Claimed for this replica, but its agent never registered it here in time (it went
+            # to another replica, or left): say so, rather than "no agent serves it".
+            return OperationReply.failure(
+                503,
+                "ServiceUnavailable",
+                f"hub replica {self.registry.replica} took account {account!r} for an agent that did not register "
+                "it here within the operation's time (it moved again, or left); try again",
+            )
         await self._until_watching(account, deadline)
         return await self.router.run(account, type_, request, max(deadline - loop.time(), 0.1), op_id)
 
@@ -169,7 +179,7 @@ class ReplicaOperations:
         try:
             row = await self.assignments.shared.store.get_account(account)
         except StoreError:
-            return False
+            return True  # cannot tell: wait for it (within the operation's time) rather than fail at once
         return row is not None and row.state == "ACTIVE"
 
     async def _forward(

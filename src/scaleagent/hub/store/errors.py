@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-__all__ = ["AccountExists", "AccountNotFound", "CredentialsExist", "CredentialsNotFound", "StateConflict", "StoreError"]
+__all__ = [
+    "AccountExists",
+    "AccountNotFound",
+    "CredentialsExist",
+    "CredentialsNotFound",
+    "StateConflict",
+    "StoreBusy",
+    "StoreError",
+]
 
 
 class StoreError(Exception):
     """The database could not be opened or did not do what was asked. The message says what and
     why in words, names the database by its redacted URL, and never holds a password."""
+
+
+class StoreBusy(StoreError):
+    """The database gave up a transaction to break a deadlock, or could not serialise it with a
+    concurrent one (MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40001 or 40P01). Nothing of it
+    was written; running it again is the documented answer."""
 
 
 class AccountNotFound(StoreError):

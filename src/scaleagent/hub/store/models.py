@@ -228,3 +228,16 @@ class TaskRow(Base):
     document: Mapped[str] = mapped_column(LongText, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+
+class AgentBinding(Base):
+    """One row of `kubesvc_agent_bindings`: the agent identity that first streamed `account`
+    (and from which zone). Another identity's claim of the account is refused until an admin
+    releases the binding (docs/security.md)."""
+
+    __tablename__ = "kubesvc_agent_bindings"
+
+    account: Mapped[str] = mapped_column(String(253), primary_key=True)
+    identity: Mapped[str] = mapped_column(String(253), nullable=False)
+    zone: Mapped[str] = mapped_column(String(253), nullable=False)
+    bound_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)

@@ -9,6 +9,8 @@ two replicas can never both win a claim: the database is the only referee.
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +19,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from .errors import StoreError
+from .errors import StoreBusy, StoreError
 from .models import Assignment, Replica, TaskRow
 from .store import Store, _now, _rowcount, _utc
 
@@ -139,12 +141,17 @@ class SharedStore:
         Won when there is no row, the row is already this replica's, its holder has no session
         serving it any more (connections 0), or its holder is among `dead` (replicas whose
         heartbeat stopped, or that cannot be reached). Returns (won, the row as it now stands)."""
-        for _ in range(2):  # a concurrent first insert loses the race once, then reads the winner
+        # The row is read without a lock first: a locking read of a missing row takes a lock on the
+        # gap where it would go (InnoDB), and two first claims holding such locks deadlock on their
+        # inserts. A concurrent first insert loses the race with a duplicate key, then reads the
+        # winner; a transaction the database still rolls back to break a deadlock runs again.
+        busy: StoreBusy | None = None
+        for attempt in range(6):
             now = _now()
             try:
                 async with self.store.transaction("claim account", account) as session:
-                    row = await session.get(Assignment, account, with_for_update=True)
-                    if row is None:
+                    exists = await session.scalar(select(Assignment.account).where(Assignment.account == account))
+                    if exists is None:
                         row = Assignment(
                             account=account,
                             replica=replica,
@@ -157,6 +164,9 @@ class SharedStore:
                         session.add(row)
                         await session.flush()
                         return True, AssignmentRow._from_model(row)
+                    row = await session.get(Assignment, account, with_for_update=True, populate_existing=True)
+                    if row is None:  # released between the two reads
+                        continue
                     if row.replica == replica or row.connections == 0 or row.replica in dead:
                         row.replica, row.agent, row.session = replica, agent, session_id
                         row.connections, row.caching, row.last_updated = connections, True, now
@@ -165,6 +175,13 @@ class SharedStore:
                     return False, AssignmentRow._from_model(row)
             except IntegrityError:
                 continue
+            except StoreBusy as e:
+                busy = e
+                # Spread the retries of the transactions that collided (a back-off, not a wait for anything).
+                await asyncio.sleep(random.uniform(0, 0.02 * 2**attempt))
+                continue
+        if busy is not None:
+            raise busy
         raise StoreError(f"claim account {account!r}: another replica kept inserting the same row")
 
     async def set_connections(self, account: str, replica: str, connections: int, agent: str = "") -> bool:

@@ -28,7 +28,15 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemy
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from . import migrate
-from .errors import AccountExists, AccountNotFound, CredentialsExist, CredentialsNotFound, StateConflict, StoreError
+from .errors import (
+    AccountExists,
+    AccountNotFound,
+    CredentialsExist,
+    CredentialsNotFound,
+    StateConflict,
+    StoreBusy,
+    StoreError,
+)
 from .models import LENGTHS, SOURCES, STATES, Account, Credentials
 from .urls import check_database_url, redact_url
 
@@ -628,7 +636,8 @@ class Store:
             raise
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             subject = f"{action} {name!r}" if name is not None else action
-            raise StoreError(f"{subject} on {self.url_for_display}: {self._reason(exc)}") from None
+            error = StoreBusy if _gave_up_for_another(exc) else StoreError
+            raise error(f"{subject} on {self.url_for_display}: {self._reason(exc)}") from None
 
     def _reason(self, exc: BaseException) -> str:
         """What the database or driver said, in one line, without SQL, parameters or password.
@@ -823,3 +832,26 @@ def _rowcount(result: Any) -> int:
     """Rows an UPDATE or DELETE matched (SQLAlchemy types execute()'s result as a plain Result,
     which has no rowcount; for these statements it is a CursorResult, which does)."""
     return int(result.rowcount)
+
+
+# MySQL/MariaDB: deadlock found (1213); PostgreSQL: serialization failure, deadlock detected.
+_DEADLOCK_CODES = {1213}
+_DEADLOCK_SQLSTATES = {"40001", "40P01"}
+
+
+def _gave_up_for_another(exc: BaseException) -> bool:
+    """Whether the database rolled this transaction back to let a concurrent one through."""
+    if not isinstance(exc, DBAPIError) or exc.orig is None:
+        return False
+    inner: BaseException | None = exc.orig
+    while inner is not None:
+        args = getattr(inner, "args", ())
+        if args and isinstance(args[0], int) and args[0] in _DEADLOCK_CODES:
+            return True
+        if (
+            getattr(inner, "sqlstate", None) in _DEADLOCK_SQLSTATES
+            or getattr(inner, "pgcode", None) in _DEADLOCK_SQLSTATES
+        ):
+            return True
+        inner = inner.__cause__
+    return False

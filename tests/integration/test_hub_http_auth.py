@@ -1,0 +1,342 @@
+"""Logins and permissions on the hub's HTTP API, with real processes: a hub over HTTPS that takes
+static tokens and client certificates, an agent streaming two kubesim clusters whose accounts
+carry Spinnaker permissions, and callers who may read one, write another, or nothing.
+
+    dev-cluster:  READ [dev]          WRITE [dev]
+    prod-cluster: READ [dev, ops]     WRITE [ops]
+    alice: dev    bob: ops    eve: (no group)    carol: platform (admin)    dave: a certificate, O=ops
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import trustme
+import yaml
+
+from scaleagent.hub.auth.callers import hash_token
+
+from ..helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
+
+TOKENS = {"alice": ("dev",), "bob": ("ops",), "eve": (), "carol": ("platform",), "frank": ("dev",)}
+
+
+def token_of(name: str) -> str:
+    return f"{name}-token-0123456789abcdef"
+
+
+class Caller:
+    """One user of the API: a token, or a client certificate, or nothing."""
+
+    def __init__(self, hub: HubProcess, ca: Path, token: str | None = None, cert: tuple[Path, Path] | None = None):
+        self.hub, self.token = hub, token
+        self.context = ssl.create_default_context(cafile=str(ca))
+        if cert is not None:
+            self.context.load_cert_chain(str(cert[0]), str(cert[1]))
+
+    def with_token(self, token: str) -> Caller:
+        other = Caller.__new__(Caller)
+        other.hub, other.token, other.context = self.hub, token, self.context
+        return other
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.hub.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.context) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if r.headers.get_content_type() == "application/json" else raw
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def stack(kubesim, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("auth")
+    pki = make_hub_pki(directory)
+    user_ca = trustme.CA()
+    user_ca.cert_pem.write_to_path(str(directory / "users-ca.pem"))
+    dave = user_ca.issue_cert("dave@example.com", common_name="dave", organization_name="ops")
+    dave.cert_chain_pems[0].write_to_path(str(directory / "dave.pem"))
+    dave.private_key_pem.write_to_path(str(directory / "dave-key.pem"))
+    stranger = trustme.CA().issue_cert("mallory@example.com", common_name="mallory", organization_name="platform")
+    stranger.cert_chain_pems[0].write_to_path(str(directory / "mallory.pem"))
+    stranger.private_key_pem.write_to_path(str(directory / "mallory-key.pem"))
+    tokens = write_yaml(
+        directory / "tokens.yaml",
+        [{"name": n, "groups": list(g), "tokenHash": hash_token(token_of(n))} for n, g in TOKENS.items()],  # type: ignore[arg-type]
+    )
+    hub = HubProcess(
+        write_yaml(
+            directory / "hub.yaml",
+            {
+                "server": {
+                    "grpcPort": 0,
+                    "httpPort": 0,
+                    "httpTls": {
+                        "certFile": str(pki.cert),
+                        "keyFile": str(pki.key),
+                        "clientCaFile": str(directory / "users-ca.pem"),
+                    },
+                },
+                "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)},
+                "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
+                # A login method given as ' Platform ' must still match (Armory's whitespace bug).
+                "auth": {"staticTokensFile": str(tokens), "admins": {"groups": [" Platform "]}},
+            },
+        )
+    )
+    agent = AgentProcess(
+        write_yaml(
+            directory / "agent.yaml",
+            {
+                "kubernetes": {
+                    "accounts": [
+                        {
+                            "name": "dev-cluster",
+                            "kubeconfigFile": str(kubesim.admin(0)),
+                            "kinds": ["ConfigMap"],
+                            "permissions": {"READ": ["dev"], "WRITE": ["dev"]},
+                        },
+                        {
+                            "name": "prod-cluster",
+                            "kubeconfigFile": str(kubesim.admin(1)),
+                            "kinds": ["ConfigMap"],
+                            "permissions": {"READ": ["dev", " ops"], "WRITE": "ops"},
+                        },
+                    ]
+                },
+                "server": {"port": 0},
+                "clouddriver": {"grpc": f"localhost:{hub.grpc_port}", "tls": {"cacertFile": str(pki.ca)}},
+            },
+        ),
+        print_events=False,
+    )
+    hub.tokens_file = tokens  # type: ignore[attr-defined]
+    callers = {n: Caller(hub, pki.ca, token_of(n)) for n in TOKENS}
+    callers["nobody"] = Caller(hub, pki.ca)
+    callers["dave"] = Caller(hub, pki.ca, cert=(directory / "dave.pem", directory / "dave-key.pem"))
+    callers["mallory"] = Caller(hub, pki.ca, cert=(directory / "mallory.pem", directory / "mallory-key.pem"))
+    carol = callers["carol"]
+    deadline_ok = _wait(
+        lambda: (
+            sorted(
+                a["name"]
+                for a in carol.call("GET", "/api/v1/accounts")[1]
+                if a["state"] == "ACTIVE"  # type: ignore[union-attr,index]
+            )
+            == ["dev-cluster", "prod-cluster"]
+        )
+    )
+    assert deadline_ok, hub.log[-20:]
+    yield hub, callers
+    agent.stop()
+    hub.stop()
+
+
+def _wait(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def deploy(name: str, account: str) -> list[dict]:
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
+    return [{"deployManifest": {"account": account, "manifests": [manifest]}}]
+
+
+def names(answer: object) -> list[str]:
+    assert isinstance(answer, list), answer
+    return sorted(a["name"] for a in answer)
+
+
+def test_without_a_login_nothing_but_the_probes_answers(stack):
+    hub, callers = stack
+    nobody = callers["nobody"]
+    for path in ("/api/v1/accounts", "/api/v1/accounts/prod-cluster/objects", "/armory/accounts", "/metrics"):
+        status, body = nobody.call("GET", path)
+        assert status == 401, (path, status, body)
+        assert "log in" in body["error"]  # type: ignore[index]
+    status, body = nobody.call("POST", "/kubernetes/ops", deploy("anon", "prod-cluster"))
+    assert status == 401
+    assert nobody.call("GET", "/health")[0] == 200
+    status, body = nobody.with_token("wrong-token").call("GET", "/api/v1/accounts")
+    assert status == 401 and "not valid" in body["error"]  # type: ignore[index]
+    assert "wrong-token" not in "\n".join(hub.log)
+
+
+def test_lists_show_only_the_accounts_a_caller_may_read(stack):
+    _, callers = stack
+    assert names(callers["alice"].call("GET", "/api/v1/accounts")[1]) == ["dev-cluster", "prod-cluster"]
+    assert names(callers["bob"].call("GET", "/api/v1/accounts")[1]) == ["prod-cluster"]
+    assert names(callers["eve"].call("GET", "/api/v1/accounts")[1]) == []
+    assert names(callers["carol"].call("GET", "/api/v1/accounts")[1]) == ["dev-cluster", "prod-cluster"]
+
+
+def test_reading_an_account_needs_read_and_the_403_names_it(stack):
+    _, callers = stack
+    status, body = callers["bob"].call("GET", "/api/v1/accounts/dev-cluster/objects?kind=ConfigMap")
+    assert status == 403
+    message = body["error"]  # type: ignore[index]
+    assert "'bob'" in message and "READ" in message and "dev-cluster" in message and "dev" in message
+    assert callers["bob"].call("GET", "/api/v1/accounts/prod-cluster/objects?kind=ConfigMap")[0] == 200
+
+
+def test_operations_need_write_on_their_account(stack):
+    hub, callers = stack
+    status, body = callers["alice"].call("POST", "/kubernetes/ops", deploy("from-alice", "prod-cluster"))
+    assert status == 403 and "WRITE" in body["error"] and "prod-cluster" in body["error"]  # type: ignore[index]
+    status, created = callers["bob"].call("POST", "/kubernetes/ops", deploy("from-bob", "prod-cluster"))
+    assert status == 200, created
+    status, task = callers["bob"].call("GET", f"{created['resourceUri']}?waitSeconds=20")  # type: ignore[index]
+    assert status == 200 and task["state"] == "completed", task  # type: ignore[index]
+    objects = callers["bob"].call("GET", "/api/v1/accounts/prod-cluster/objects?kind=ConfigMap&name=from-bob")[1]
+    assert [o["metadata"]["name"] for o in objects["items"]] == ["from-bob"]  # type: ignore[index]
+    assert "from-alice" not in json.dumps(callers["carol"].call("GET", "/api/v1/accounts/prod-cluster/objects")[1])
+    # Who may not read the account may not read its task either.
+    assert callers["eve"].call("GET", created["resourceUri"])[0] == 403  # type: ignore[index]
+    # One audit line per write, refused or not: who, what, the outcome.
+    hub.wait_log(r'"audit":"POST /kubernetes/ops","user":"alice".*"status":403.*"operations"', 10)
+    hub.wait_log(r'"audit":"POST /kubernetes/ops","user":"bob".*"status":200.*prod-cluster.*"task"', 10)
+
+
+def test_managing_accounts_needs_the_admin_role(stack):
+    _, callers = stack
+    status, body = callers["bob"].call("POST", "/armory/accounts", [{"name": "new-one"}])
+    assert status == 403 and "admin" in body["error"]  # type: ignore[index]
+    assert callers["bob"].call("GET", "/armory/agents")[0] == 403
+    status, created = callers["carol"].call("POST", "/armory/accounts", [{"name": "new-one"}])
+    assert status == 201, created
+    assert callers["carol"].call("GET", "/armory/agents")[0] == 200
+
+
+def test_a_client_certificate_logs_in_with_its_cn_and_o(stack):
+    _, callers = stack
+    status, me = callers["dave"].call("GET", "/api/v1/whoami")
+    assert status == 200 and me["name"] == "dave" and me["groups"] == ["ops"]  # type: ignore[index]
+    assert me["method"] == "clientCertificate"  # type: ignore[index]
+    assert names(callers["dave"].call("GET", "/api/v1/accounts")[1]) == ["prod-cluster"]
+    status, created = callers["dave"].call("POST", "/kubernetes/ops", deploy("from-dave", "prod-cluster"))
+    assert status == 200, created
+
+
+def test_a_certificate_from_another_ca_is_not_a_login(stack):
+    """The TLS handshake itself refuses it: no answer at all, let alone data."""
+    _, callers = stack
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, http.client.RemoteDisconnected, ConnectionError)):
+        callers["mallory"].call("GET", "/api/v1/accounts")
+
+
+def test_the_watch_shows_only_readable_accounts(stack):
+    hub, callers = stack
+    import threading
+
+    seen: list[str] = []
+    opened = threading.Event()
+
+    def watch() -> None:
+        request = urllib.request.Request(
+            hub.url + "/api/v1/watch?kind=ConfigMap", headers={"Authorization": f"Bearer {token_of('bob')}"}
+        )
+        with urllib.request.urlopen(request, timeout=30, context=callers["bob"].context) as r:
+            opened.set()
+            for line in r:
+                if line.startswith(b"data: "):
+                    doc = json.loads(line[6:])
+                    seen.append(f"{doc['account']}/{doc['name']}")
+                    if doc["name"] == "marker-prod":
+                        return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    assert opened.wait(20)
+    for account, who in (("dev-cluster", "alice"), ("prod-cluster", "bob")):
+        status, created = callers[who].call("POST", "/kubernetes/ops", deploy(f"marker-{account[:4]}", account))
+        assert status == 200
+        callers[who].call("GET", f"{created['resourceUri']}?waitSeconds=20")  # type: ignore[index]
+    thread.join(30)
+    assert "prod-cluster/marker-prod" in seen
+    assert not [s for s in seen if s.startswith("dev-cluster/")], seen
+
+
+def test_two_authorization_headers_are_refused_whatever_their_order(stack):
+    """Proxies and parsers disagree on which of two headers counts: the hub takes neither."""
+    hub, callers = stack
+    parts = urlsplit(hub.url)
+    for first, second in (("wrong", token_of("alice")), (token_of("alice"), "wrong")):
+        conn = http.client.HTTPSConnection(parts.hostname, parts.port, context=callers["alice"].context)
+        conn.putrequest("GET", "/api/v1/accounts")
+        conn.putheader("Authorization", f"Bearer {first}")
+        conn.putheader("Authorization", f"Bearer {second}")
+        conn.endheaders()
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        conn.close()
+        assert response.status == 401 and "one Authorization header" in body["error"], body
+
+
+def test_watching_an_account_one_may_not_read_is_a_403_not_silence(stack):
+    _, callers = stack
+    status, body = callers["bob"].call("GET", "/api/v1/watch?account=dev-cluster")
+    assert status == 403 and "READ" in body["error"] and "dev-cluster" in body["error"], body
+
+
+def test_a_login_taken_out_of_the_tokens_file_ends_its_open_watch(stack):
+    """Revocation reaches streams already open: before the next change goes out."""
+    import threading
+
+    hub, callers = stack
+    frames: list[str] = []
+    opened, ended = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        request = urllib.request.Request(
+            hub.url + "/api/v1/watch?kind=ConfigMap&account=dev-cluster",
+            headers={"Authorization": f"Bearer {token_of('frank')}"},
+        )
+        with urllib.request.urlopen(request, timeout=60, context=callers["frank"].context) as r:
+            opened.set()
+            for line in r:
+                if line.startswith((b"event: ", b"data: ")):
+                    frames.append(line.decode().strip())
+        ended.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert opened.wait(20)
+    carol = callers["carol"]
+    deploy_and_wait(carol, "before-revoke", "dev-cluster")
+    deadline = time.monotonic() + 20
+    while not any("before-revoke" in f for f in frames):
+        assert time.monotonic() < deadline, frames
+        time.sleep(0.05)
+    entries = [e for e in yaml.safe_load(hub.tokens_file.read_text()) if e["name"] != "frank"]
+    write_yaml(hub.tokens_file, entries)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 20  # the file is looked at again at most once a second
+    while callers["frank"].call("GET", "/api/v1/accounts")[0] != 401:
+        assert time.monotonic() < deadline, "frank's token still accepted"
+        time.sleep(0.1)
+    deploy_and_wait(carol, "after-revoke", "dev-cluster")
+    assert ended.wait(20), frames
+    assert not [f for f in frames if "after-revoke" in f], frames
+    assert "login is no longer valid" in frames[-1], frames
+
+
+def deploy_and_wait(caller: Caller, name: str, account: str) -> None:
+    status, created = caller.call("POST", "/kubernetes/ops", deploy(name, account))
+    assert status == 200, created
+    status, task = caller.call("GET", f"{created['resourceUri']}?waitSeconds=20")  # type: ignore[index]
+    assert status == 200 and task["state"] == "completed", task  # type: ignore[index]
