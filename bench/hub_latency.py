@@ -250,6 +250,8 @@ async def main() -> None:
             last = str(max(int(rv) for _, _, rv in writes))
             complete = {k: r.wait(last, 30) for k, r in readers.items()}
             seen = {k: r.dump() for k, r in readers.items()}
+            # The hub's own histogram of the same changes (agent's read -> cache), last minute.
+            own = hub.get("/api/v1/stats")["changeToCacheSeconds"]
         finally:
             for r in readers.values():
                 if r.proc.poll() is None:
@@ -286,10 +288,18 @@ async def main() -> None:
         ]
         print(f"  {'added by agent + hub (same change)':36s} {summary(added)}")
     print(
+        f"  {'hub histogram (agent read -> cache)':36s} p50 {_ms(own['p50'])}   p90 {_ms(own['p90'])}"
+        f"   p99 {_ms(own['p99'])} ms   ({own['count']:,} changes in its last minute; bucket-interpolated)"
+    )
+    print(
         "  CPU during the writes (100% = one core): "
         + ", ".join(f"{k} {v:.0%}" for k, v in cpu.items())
         + f"; whole machine {busy:.0%}, of which other processes {max(0.0, busy - sum(cpu.values())):.0%}"
     )
+
+
+def _ms(seconds: float | None) -> str:
+    return "   -" if seconds is None else f"{seconds * 1000:6.1f}"
 
 
 if __name__ == "__main__":

@@ -41,6 +41,15 @@ ensure_kubectl() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null
 }
 
+# The dashboard's browser tests (tests/browser) drive a real Chromium through chromedriver, both
+# Debian's packages: Selenium is given their paths, so nothing downloads a browser of its own.
+ensure_browser() {
+  command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 && return 0
+  echo "installing chromium and chromedriver (Debian packages chromium, chromium-driver)..." >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 # Debian's kubectl (1.20) speaks only OpenAPI v2: the suite also runs the kubectl checks with it,
 # unpacked under .cache without installing it, so kubesim stays right for old and new clients.
 fetch_debian_kubectl() {

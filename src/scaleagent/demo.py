@@ -249,6 +249,7 @@ class Demo:
 Scale Agent demo is running: 3 simulated clusters -> 1 agent -> 1 hub.
 
   hub HTTP API      {http}        (OpenAPI docs: {http}/docs)
+  dashboard         {http}/       (in a browser; paste the admin token below)
   hub gRPC (TLS)    {grpc_target}
   agent health      {health}/health
   kubeconfigs       {self.dir / "kubesim"}/kubesim-{{0,1,2}}.yaml

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import scaleagent.hub.api
+from scaleagent.hub.api.docs import OFFLINE_REWRITES, served_bytes
 
 from ..helpers import HubProcess, admin_hub
 
@@ -92,7 +93,9 @@ def test_the_docs_load_without_a_login_and_everything_they_load_comes_from_the_h
         name = url.rsplit("/", 1)[1]
         shipped = {p.name: p for p in STATIC.rglob("*")}
         expected = shipped.get(name) or shipped["favicon-32x32.png"]
-        assert body == expected.read_bytes(), f"{url} is not the packaged {expected.name}"
+        packaged = served_bytes(name) if name in OFFLINE_REWRITES else expected.read_bytes()
+        assert body == packaged, f"{url} is not the packaged {expected.name}"
+        assert not re.search(rb"https?://cdn\.", body), f"{url} loads from a CDN"
         assert content_type.split(";")[0] in ("text/javascript", "text/css", "image/png"), (url, content_type)
     assert json.loads(served["/openapi.json"][1])["info"]["title"] == "Scale Agent hub"
 

@@ -120,6 +120,7 @@ class AccountRunner:
     _identity: tuple[str, str] = ("", "")
     _identity_check: asyncio.Future[tuple[str, str]] | None = None
     _restarting: asyncio.Task[None] | None = None
+    _not_watching_described: set[str] = field(default_factory=set)  # as the hub last heard it
 
     @property
     def retries(self) -> RetryReport:
@@ -166,6 +167,13 @@ class AccountRunner:
             self.state, self.reason, self.since = state, reason, time.time()
             self.sink.describe(self.description())
 
+    def _describe_watches(self) -> None:
+        """While the account's state stays the same, its watches still come and go one by one:
+        the hub shows each kind's freshness, so it hears when the set not watching changes."""
+        not_watching = {w.kind.qualified for w in self.watches.values() if w.state != WATCHING}
+        if not_watching != self._not_watching_described:
+            self.sink.describe(self.description())
+
     def description(self) -> AccountDescription:
         """The account as the hub sees it: its cluster's identity, its configuration, its state."""
         cfg = self.config
@@ -183,6 +191,7 @@ class AccountRunner:
             )
             if value
         }
+        self._not_watching_described = {w.kind.qualified for w in self.watches.values() if w.state != WATCHING}
         return AccountDescription(
             self.name,
             self.state,
@@ -192,6 +201,7 @@ class AccountRunner:
             self.version,
             properties,
             sorted({w.kind.qualified for w in self.watches.values()}),
+            sorted(self._not_watching_described),
         )
 
     def operations(self) -> ClusterOperations:
@@ -466,6 +476,7 @@ class AccountRunner:
             elif state == WATCHING:
                 self.retries.recovered(watch.label)
             self._update_state()
+            self._describe_watches()
 
     @property
     def relists(self) -> int:

@@ -405,6 +405,7 @@ class HubLink:
                 name=e.name,
                 resource_version=e.resource_version,
                 object=e.object or b"",
+                read_at_unix_ms=int(e.read_at * 1000),
             )
             n = ev.ByteSize() + 8
             if n > self._max_bytes:
@@ -545,6 +546,7 @@ def _account_message(d: AccountDescription) -> pb.Account:
         server_version=d.version,
         properties=props,
         kinds=list(d.kinds),
+        kinds_not_watching=list(d.kinds_not_watching),
     )
 
 

@@ -24,6 +24,8 @@ class AccountDescription:
     version: str = ""
     properties: dict[str, Any] = field(default_factory=dict)
     kinds: list[str] = field(default_factory=list)
+    # Of `kinds`, those whose watch is not established now: the hub's copy of them may be behind.
+    kinds_not_watching: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

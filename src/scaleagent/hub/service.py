@@ -35,6 +35,7 @@ from .auth.agents import AgentIdentities
 from .auth.callers import Authenticator, StaticTokens, TokenReviewer
 from .cache.cache import Cache
 from .config import HubConfig, is_loopback
+from .metrics import HubMetrics
 from .replicas.assignments import Assignments
 from .replicas.forwarding import Forwarder
 from .replicas.offers import Offers
@@ -90,11 +91,12 @@ class Hub:
         self.replica = config.server.replica_name or socket.gethostname()
         self.store = store
         self.cache = Cache()
+        self.metrics = HubMetrics()
         self.registry = Registry(
             self.cache, grace_seconds=config.sessions.grace_seconds, replica=self.replica, store=store
         )
         self.dispatcher = AccountDispatcher(self.registry)
-        self.router = OperationRouter(self.registry)
+        self.router = OperationRouter(self.registry, self.metrics)
         r = config.replicas
         self.peers = PeerSet(Peer(self.replica, r.base_url or _own_base_url(config)))
         self.shared = SharedStore(store)
@@ -121,6 +123,7 @@ class Hub:
             token=config.auth.token.get_secret_value(),
             max_message_bytes=config.grpc.max_message_bytes,
             identities=AgentIdentities.from_auth(config.auth),
+            metrics=self.metrics,
         )
         self.tasks = TaskRunner(
             self.operations,
@@ -188,6 +191,7 @@ class Hub:
             security=self.security,
             guard=self.guard,
             reload_status=self.reload_status,
+            metrics=self.metrics,
         )
 
     async def start(self) -> None:

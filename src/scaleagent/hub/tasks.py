@@ -232,6 +232,18 @@ class TaskRunner:
             return None
         return row.replica, orjson.loads(row.document)
 
+    async def recent(self, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` task documents, newest first: every replica's from the database, with
+        this replica's own in-memory copies in place of theirs (saved only at a task's start and
+        end, the stored copy of a running task lags). Without a database, this replica's alone.
+        Raises StoreError when the database fails."""
+        mine = {t.id: t for t in self._tasks.values()}
+        if self.shared is None:
+            newest = sorted(mine.values(), key=lambda t: t.started_ms, reverse=True)[:limit]
+            return [t.document() for t in newest]
+        rows = await self.shared.recent_tasks(limit)
+        return [mine[r.id].document() if r.id in mine else orjson.loads(r.document) for r in rows]
+
     async def start(self) -> None:
         """Tasks this replica was running when it last stopped end now, as failed."""
         await self.end_tasks_of([self.replica], "the hub replica running it restarted")

@@ -27,3 +27,5 @@ class ObjectEvent:
     resource_version: str
     type: str
     object: bytes | None = None
+    # When the agent read the change from a watch (time.time()); 0.0 for list items and markers.
+    read_at: float = 0.0

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -315,6 +316,7 @@ class Reflector:
         """Events of complete lines, the error that ends the stream if one came, and the last version."""
         out: list[ObjectEvent] = []
         rv = ""
+        read_at = time.time()  # these lines arrived together
         for line in lines:
             line = line.strip()
             if not line:
@@ -331,6 +333,7 @@ class Reflector:
                 prefix = b'{"type":"' + type_.encode() + b'","object":'
                 raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
                 event = self._encode(type_, obj, raw)
+                event.read_at = read_at
                 rv = event.resource_version or rv
                 self._check_forward(event.resource_version)
                 out.append(event)

@@ -26,6 +26,7 @@ from ...protocol import PROTOCOL_VERSION, pb, pb_grpc
 from ...protocol.states import AgentAccountState
 from ..auth.agents import AgentIdentities, AgentIdentity, hash_token
 from ..cache.cache import Cache
+from ..metrics import HubMetrics
 from ..store import StoreError
 from .registry import Registry, Session
 
@@ -67,8 +68,10 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         token: str,
         max_message_bytes: int,
         identities: AgentIdentities | None = None,
+        metrics: HubMetrics | None = None,
     ) -> None:
         self.registry, self.cache = registry, cache
+        self.metrics = metrics if metrics is not None else HubMetrics()
         # Matches agents' answers to AddAccounts/DeleteAccounts with the requests (dispatch.py),
         # and their operation results with the operations (routing.py).
         self.dispatcher, self.router = dispatcher, router
@@ -335,6 +338,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             reason=a.reason,
             kinds=list(a.kinds),
             properties=properties,
+            kinds_not_watching=list(a.kinds_not_watching),
         )
         if why is not None:
             _refuse(session, a.name, why)
@@ -350,7 +354,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             while end < n and events[end].account == account:
                 end += 1
             if account in session.accounts:
-                self.cache.apply(account, events[start:end])
+                run = events[start:end]
+                markers = self.cache.apply(account, run)
+                self.metrics.applied(end - start - markers, [e.read_at_unix_ms for e in run], time.time() * 1000)
             else:
                 session.dropped += end - start
             start = end

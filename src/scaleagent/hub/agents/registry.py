@@ -129,6 +129,8 @@ class AccountRecord:
     agent_state: str = ""
     reason: str = ""
     kinds: list[str] = field(default_factory=list)
+    # Of `kinds`, those whose watch the agent says is not established (listing, retrying).
+    kinds_not_watching: list[str] = field(default_factory=list)
     properties: dict[str, Any] = field(default_factory=dict)
     zone_id: str = ""
     agent_id: str = ""
@@ -432,6 +434,7 @@ class Registry:
         reason: str,
         kinds: list[str],
         properties: dict[str, Any],
+        kinds_not_watching: list[str] | None = None,
     ) -> str | None:
         """Record what an agent says about an account; returns why it is refused, or None.
 
@@ -480,6 +483,7 @@ class Registry:
         record.server_version = server_version or record.server_version
         record.agent_state, record.reason = agent_state, reason
         record.kinds, record.properties = kinds, properties
+        record.kinds_not_watching = list(kinds_not_watching or ())
         record.zone_id, record.agent_id = session.zone_id, session.agent_id
         if not was_serving or before != (
             record.api_host,
@@ -645,8 +649,45 @@ class Registry:
             doc["reason"] = record.reason
         if record.disconnected_at is not None:
             doc["disconnectedAt"] = _iso(record.disconnected_at)
+        doc["freshness"] = self.freshness(record)
         return doc
+
+    def freshness(self, record: AccountRecord) -> dict[str, Any]:
+        """How current this replica's copy of the account is: per kind, when its newest event
+        reached the cache and whether its watch is established now. A quiet kind with an
+        established watch is current however old its newest event; a kind not watching is behind
+        by at most the age of its newest event."""
+        now = time.time()
+        last = self.cache.last_events(record.name)
+        connected = record.state == ACTIVE and record.agent_state in _FOLLOWING
+        not_watching = set(record.kinds_not_watching)
+        kinds: dict[str, Any] = {}
+        for label in sorted(set(record.kinds) | {k for k, t in last.items() if t}):
+            at = last.get(label) or None
+            kinds[label] = {
+                "lastEventAt": _iso_ms(at),
+                "lastEventAgeSeconds": None if at is None else round(max(0.0, now - at), 3),
+                "watching": connected and label in record.kinds and label not in not_watching,
+            }
+        newest = max((t for t in last.values() if t), default=None)
+        return {
+            "lastEventAt": _iso_ms(newest),
+            "lastEventAgeSeconds": None if newest is None else round(max(0.0, now - newest), 3),
+            "watches": len(record.kinds),
+            "watchesEstablished": sum(1 for k in kinds.values() if k["watching"]),
+            "kinds": kinds,
+        }
 
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _iso_ms(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+# The agent's states in which its watches run (one by one established or not).
+_FOLLOWING = frozenset({AgentAccountState.WATCHING, AgentAccountState.SYNCING, AgentAccountState.ERROR})

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ...protocol import pb
+from ..metrics import HubMetrics
 from .registry import DISCONNECTED, ORPHANED, AccountRecord, Registry, Session
 
 log = logging.getLogger("scaleagent.hub.agents.routing")
@@ -90,8 +91,9 @@ class _Pending:
 class OperationRouter:
     """Sends operations down agents' Operations streams and matches their results."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, metrics: HubMetrics | None = None) -> None:
         self.registry = registry
+        self.metrics = metrics if metrics is not None else HubMetrics()
         self._pending: dict[str, _Pending] = {}
         self.sent = 0
         registry.listeners.append(self._on_registry)
@@ -152,16 +154,19 @@ class OperationRouter:
         assert session.operate is not None
         session.operate(message)  # nothing awaited since the check: the stream is still there
         self.sent += 1
+        sent_at = time.monotonic()
         log.info("operation %s: %s on account %s sent to agent %s", op_id, type_, account, session.agent_id)
         try:
-            return await asyncio.wait_for(future, timeout + ANSWER_GRACE_SECONDS)
+            reply = await asyncio.wait_for(future, timeout + ANSWER_GRACE_SECONDS)
         except TimeoutError:
             log.warning("operation %s: agent %s did not answer within %gs", op_id, session.agent_id, timeout)
-            return OperationReply.failure(
+            reply = OperationReply.failure(
                 504, "Timeout", f"agent {session.agent_id} did not answer within {timeout + ANSWER_GRACE_SECONDS:g}s"
             )
         finally:
             self._pending.pop(op_id, None)
+        self.metrics.operations.child(type_, _outcome(reply)).observe(time.monotonic() - sent_at)
+        return reply
 
     def result(self, session: Session, result: pb.OperationResult) -> None:
         """An OperationResult arrived on `session`'s stream (called by the gRPC service)."""
@@ -211,3 +216,11 @@ class OperationRouter:
     def _on_registry(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         if what == "closed" and session is not None:
             self.detached(session)
+
+
+def _outcome(reply: OperationReply) -> str:
+    """The operation metrics' outcome label: a few values, whatever the agent said."""
+    if reply.ok:
+        return "succeeded"
+    reason = (reply.error or {}).get("reason")
+    return {"Timeout": "timeout", "ServiceUnavailable": "disconnected"}.get(str(reason), "failed")

@@ -9,9 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ... import __version__
@@ -19,9 +17,11 @@ from .accounts import accounts_router
 from .bindings import bindings_router
 from .common import HubRoute, invalid_parameters
 from .credentials import credentials_router
+from .dashboard import add_dashboard
 from .deps import ApiDeps
 from .docs import add_docs
 from .guard import RequestGuard
+from .metrics import add_metrics
 from .objects import objects_router
 from .operations import operations_router
 from .replicas import AccountForwarding, replicas_router
@@ -48,6 +48,8 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.add_middleware(Authentication, security=deps.security)  # outside: every request has its caller
     app.add_middleware(RequestGuard, settings=deps.guard)  # outermost: Host and Origin checked before all
     add_docs(app)
+    add_metrics(app, deps)
+    add_dashboard(app, deps)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -97,19 +99,6 @@ def create_app(deps: ApiDeps) -> FastAPI:
     async def ready() -> dict[str, bool]:
         return {"ready": True}
 
-    metrics_registry = CollectorRegistry()
-    metrics_registry.register(_Collector(deps))
-
-    @app.get(
-        "/metrics",
-        tags=["health"],
-        summary="Prometheus metrics",
-        response_class=PlainTextResponse,
-        responses={200: {"description": "Prometheus' text format"}},
-    )
-    async def metrics() -> Response:
-        return Response(generate_latest(metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
     @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
@@ -119,80 +108,3 @@ def create_app(deps: ApiDeps) -> FastAPI:
         return invalid_parameters(request.scope.get("route"), e)
 
     return app
-
-
-class _Collector:
-    def __init__(self, deps: ApiDeps) -> None:
-        self.deps = deps
-
-    def collect(self) -> Any:
-        registry, cache = self.deps.registry, self.deps.cache
-        yield GaugeMetricFamily("scale_agent_hub_sessions", "Agents connected", value=len(registry.sessions))
-        states = GaugeMetricFamily("scale_agent_hub_accounts", "Accounts by state", labels=["state"])
-        counts: dict[str, int] = {}
-        for r in registry.accounts.values():
-            counts[r.state] = counts.get(r.state, 0) + 1
-        for state in ("ACTIVE", "DISCONNECTED", "ORPHANED"):
-            states.add_metric([state], counts.get(state, 0))
-        yield states
-        stats = cache.stats()
-        yield GaugeMetricFamily("scale_agent_hub_cached_objects", "Objects in the cache", value=stats.get("objects", 0))
-        yield GaugeMetricFamily(
-            "scale_agent_hub_cached_bytes", "JSON bytes held by the cache", value=stats.get("bytes", 0)
-        )
-        events = CounterMetricFamily("scale_agent_hub_events", "Object events received", labels=["agent"])
-        for s in registry.sessions.values():
-            events.add_metric([s.agent_id], s.events)
-        yield events
-        yield CounterMetricFamily(
-            "scale_agent_hub_refused_streams",
-            "Agent streams refused (auth, protocol, input)",
-            value=self.deps.link.refused,
-        )
-        tasks = self.deps.tasks
-        yield GaugeMetricFamily("scale_agent_hub_tasks_running", "Operation tasks running", value=tasks.running)
-        ended = CounterMetricFamily("scale_agent_hub_tasks_ended", "Operation tasks ended", labels=["state"])
-        for state, n in tasks.ended.items():
-            ended.add_metric([state], n)
-        yield ended
-        yield CounterMetricFamily(
-            "scale_agent_hub_operations_sent", "Operations sent to agents", value=self.deps.router.sent
-        )
-        yield GaugeMetricFamily("scale_agent_hub_replicas", "Hub replicas known", value=len(self.deps.peers.all()))
-        status = self.deps.reload_status
-        if status is not None:
-            changes = CounterMetricFamily(
-                "scale_agent_hub_config_changes",
-                "Changes of the configuration file, applied or refused (it did not load)",
-                labels=["outcome"],
-            )
-            changes.add_metric(["applied"], status.applied)
-            changes.add_metric(["refused"], status.refused)
-            yield changes
-            yield GaugeMetricFamily(
-                "scale_agent_hub_config_refused",
-                "1 while the file's last change was refused (the running settings stay)",
-                value=1.0 if status.last_error else 0.0,
-            )
-        security = self.deps.security
-        logins = CounterMetricFamily(
-            "scale_agent_hub_http_authentications",
-            "HTTP requests by how the caller logged in (rejected: an invalid credential; none: no credential)",
-            labels=["method"],
-        )
-        for method, n in sorted(security.authenticator.counts.items()):
-            logins.add_metric([method], n)
-        yield logins
-        decisions = CounterMetricFamily(
-            "scale_agent_hub_authorization_decisions",
-            "Authorization decisions by outcome (cached: answered from the decision cache)",
-            labels=["outcome"],
-        )
-        for outcome, n in sorted(security.access.counts.items()):
-            decisions.add_metric([outcome], n)
-        yield decisions
-        yield CounterMetricFamily(
-            "scale_agent_hub_operations_forwarded",
-            "Operations forwarded to the replica streaming their account",
-            value=self.deps.operations.forwarded,
-        )

@@ -13,6 +13,7 @@ from ..agents.link import AgentLinkService
 from ..agents.registry import Registry
 from ..agents.routing import OperationRouter
 from ..cache.cache import Cache
+from ..metrics import HubMetrics
 from ..replicas.assignments import Assignments
 from ..replicas.forwarding import Forwarder
 from ..replicas.operations import ReplicaOperations
@@ -56,6 +57,8 @@ class ApiDeps:
     guard: GuardSettings | None = None
     # How applying the configuration file went (None: the hub does not watch one).
     reload_status: ReloadStatus | None = None
+    # Latency histograms and the event rate (hub/metrics.py); each app built alone gets its own.
+    metrics: HubMetrics = field(default_factory=HubMetrics)
 
     @property
     def replicated(self) -> bool:

@@ -58,6 +58,23 @@ class AgentInfo(BaseModel):
     operationsStream: bool = Field(description="Whether the agent's Operations stream is attached")
 
 
+class KindFreshness(BaseModel):
+    lastEventAt: str | None = Field(description="When the kind's newest event reached this replica's cache (UTC)")
+    lastEventAgeSeconds: float | None = Field(description="Seconds since then; null: no event yet")
+    watching: bool = Field(
+        description="Whether its watch is established now: a quiet kind that is watching is current "
+        "however old its newest event"
+    )
+
+
+class Freshness(BaseModel):
+    lastEventAt: str | None = Field(description="The newest event of any kind (UTC)")
+    lastEventAgeSeconds: float | None
+    watches: int = Field(description="Kinds followed")
+    watchesEstablished: int = Field(description="Of those, kinds whose watch is established now")
+    kinds: dict[str, KindFreshness] = Field(description="By kind, as Kind or Kind.group")
+
+
 class AccountInfo(BaseModel):
     name: str
     state: str = Field(
@@ -78,6 +95,7 @@ class AccountInfo(BaseModel):
     registeredAt: str
     disconnectedAt: str | None = None
     agents: list[str] = Field(description="Agents serving the account now")
+    freshness: Freshness = Field(description="How current this hub's copy of the account is")
 
 
 def objects_router(deps: ApiDeps) -> APIRouter:

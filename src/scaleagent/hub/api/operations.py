@@ -2,6 +2,7 @@
 
     POST /kubernetes/ops                 a list of operations, run as one task       200 {id, resourceUri}
     POST /kubernetes/ops/{type}          one operation's description                 200 {id, resourceUri}
+    GET  /task?limit=N                   the newest tasks the caller may read         200
     GET  /task/{id}?waitSeconds=N        the task (waiting up to N s for its end)     200
     POST /cache/kubernetes/manifest      Clouddriver's on-demand cache refresh        200 fresh / 202 pending
     GET  /api/v1/accounts/{a}/namespaces/{ns}/pods/{pod}/log   a pod's log, through its agent
@@ -17,7 +18,7 @@ import asyncio
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..accounts.errors import InvalidRequest
@@ -48,6 +49,9 @@ from .security import audit, check_account, principal_of
 __all__ = ["operations_router"]
 
 MAX_TASK_WAIT_SECONDS = 60.0
+# GET /task: the newest tasks looked at (the dashboard shows the default); a bound, so that one
+# request cannot make the hub read every stored task (operations.maxTasks, 10,000 by default).
+DEFAULT_TASK_LIST, MAX_TASK_LIST = 50, 1000
 # More lines than any log the agent returns (it keeps the last 256 KiB); beyond int64 the request
 # could not even be encoded for the agent.
 MAX_TAIL_LINES = 10_000_000
@@ -125,6 +129,40 @@ def operations_router(deps: ApiDeps) -> APIRouter:
         request: Request,
     ) -> Response:
         return await submit(request, type_)
+
+    @api.get(
+        "/task",
+        summary="Recent tasks, newest first",
+        description="Every replica's tasks (they are kept in the database), newest first, each as "
+        "`GET /task/{id}` shows it; only the tasks the caller may read (its own, and those whose "
+        f"accounts it may all READ). `limit`: how many to look at, 1 to {MAX_TASK_LIST}.",
+        response_class=JSONResponse,
+        responses={
+            200: {"model": list[TaskDocument]},
+            400: error(f"`limit` is not a whole number from 1 to {MAX_TASK_LIST}"),
+            503: error("The tasks could not be read from the database"),
+        },
+    )
+    async def list_tasks(
+        request: Request,
+        limit: Annotated[
+            int, Query(ge=1, le=MAX_TASK_LIST, description="How many of the newest tasks to look at")
+        ] = DEFAULT_TASK_LIST,
+    ) -> Response:
+        try:
+            docs = await runner.recent(limit)
+        except StoreError as e:
+            return error_response(503, f"cannot read the tasks from the database: {e}")
+        shown = []
+        for doc in docs:
+            listed = doc.get("accounts")
+            accounts = [a for a in listed if isinstance(a, str)] if isinstance(listed, list) else []
+            try:
+                await may_read_task(request, accounts, str(doc.get("user") or ""))
+            except HTTPException:
+                continue  # not the caller's to see: left out, as lists leave out unreadable accounts
+            shown.append(doc)
+        return Response(orjson.dumps(shown), media_type="application/json")
 
     @api.get(
         "/task/{task_id}",

@@ -2,8 +2,8 @@
 
 `Authentication` is an ASGI middleware: it finds who calls (hub/auth/callers.py) and keeps the
 `Principal` in the request's state, answering 401 for a missing or invalid credential. The
-probes (`/health`, `/ready`) and the API's description (`/openapi.json`, `/docs`, `/redoc` and
-the files those pages load) stay open.
+probes (`/health`, `/ready`), the API's description (`/openapi.json`, `/docs`, `/redoc` and
+the files those pages load) and the dashboard's page and files (`/`, dashboard.py) stay open.
 
 A request another replica forwards carries the replicas' shared token and the caller it acts
 for; only that token makes the receiver believe the caller named (`REPLICA_TOKEN_HEADER`).
@@ -29,15 +29,17 @@ from ..replicas.forwarding import ON_BEHALF_HEADER, REPLICA_TOKEN_HEADER
 from ..store import StoreError
 from .audit import WRITES, audit_line, audit_refusal
 from .common import error_response
+from .dashboard import DASHBOARD_PATHS
 from .docs import DOCS_PATHS
 
 __all__ = ["Authentication", "Security", "account_permissions", "audit", "principal_of"]
 
 log = logging.getLogger("scaleagent.hub.api.security")
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json", *DOCS_PATHS})
-"""Paths answered without a login: the probes, and the API's description with its pages and their
-assets (exact paths: nothing under them is open unless named here)."""
+OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json", *DOCS_PATHS, *DASHBOARD_PATHS})
+"""Paths answered without a login: the probes, the API's description with its pages and their
+assets, and the dashboard's page and files, which hold no cluster data: the page reads the API
+with the caller's credentials (exact paths: nothing under them is open unless named here)."""
 PEER_CERT = "scale_agent.peercert"
 """The ASGI scope extension where the HTTP server puts a verified client certificate."""
 

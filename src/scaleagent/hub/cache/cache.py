@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -176,12 +177,14 @@ class _Kind:
         "count",
         "gen",
         "open",
+        "last_event_at",
     )
 
     def __init__(self, group: str, kind: str) -> None:
         self.group = _intern(group)
         self.kind = _intern(kind)
         self.version = ""  # the version the kind was last seen under
+        self.last_event_at = 0.0  # when the newest event of this kind reached the cache (time.time())
         self.label = _intern(f"{kind}.{group}" if group else kind)
         self.lower = kind.lower()
         self.label_lower = self.label.lower()
@@ -492,8 +495,9 @@ class Cache:
 
     # ---- ingest ----------------------------------------------------------------------------------
 
-    def apply(self, account: str, events: Iterable[Any]) -> None:
-        """Apply one batch of an agent's events (protobuf ``Event`` messages or alike) for ``account``.
+    def apply(self, account: str, events: Iterable[Any]) -> int:
+        """Apply one batch of an agent's events (protobuf ``Event`` messages or alike) for ``account``;
+        returns how many of them were snapshot markers (the others are objects' events).
 
         Never raises: an event that cannot be used is skipped and counted in ``rejected``.
         """
@@ -503,6 +507,8 @@ class Cache:
         kinds = acct.kinds
         last_key: tuple[str, str] | None = None
         kind: _Kind | None = None
+        now = time.time()
+        markers = 0
         for ev in events:
             try:
                 key = (ev.group, ev.kind)
@@ -513,6 +519,7 @@ class Cache:
                             raise _Rejected("no kind")
                         found = kinds[key] = _Kind(*key)
                     kind, last_key = found, key
+                    kind.last_event_at = now
                 assert kind is not None
                 version = ev.version
                 if version:
@@ -525,9 +532,11 @@ class Cache:
                 elif t == _DELETED:
                     applied = self._delete(acct, kind, ev.namespace, ev.name, rv, ev.object)
                 elif t == _BEGIN:
+                    markers += 1
                     kind.gen += 1
                     kind.open[_intern(ev.namespace)] = kind.gen
                 elif t == _END:
+                    markers += 1
                     self._end_snapshot(acct, kind, ev.namespace, rv)
                 else:
                     raise _Rejected(f"unknown event type {t}")
@@ -539,6 +548,7 @@ class Cache:
                 self._reject(account, ev, str(e))
             except Exception as e:
                 self._reject(account, ev, f"{type(e).__name__}: {e}")
+        return markers
 
     def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, ev: Any) -> bool:
         """Returns False when the event was stale and ignored."""
@@ -742,6 +752,11 @@ class Cache:
         """Objects per kind label (``Deployment.apps``, ``Pod`` for the core group)."""
         acct = self._accounts.get(account)
         return {k.label: k.count for k in acct.kinds.values()} if acct is not None else {}
+
+    def last_events(self, account: str) -> dict[str, float]:
+        """When the newest event of each kind reached the cache (time.time()), by kind label."""
+        acct = self._accounts.get(account)
+        return {k.label: k.last_event_at for k in acct.kinds.values()} if acct is not None else {}
 
     def resource_version(self, account: str) -> str:
         """The last resourceVersion applied for ``account`` ("" if none)."""

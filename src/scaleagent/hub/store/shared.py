@@ -254,6 +254,12 @@ class SharedStore:
             row = await session.get(TaskRow, task_id)
             return None if row is None else _task(row)
 
+    async def recent_tasks(self, limit: int) -> list[StoredTask]:
+        """The newest `limit` tasks of every replica, newest first (`GET /task`, the dashboard)."""
+        async with self.store.transaction("list recent tasks") as session:
+            query = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.id).limit(limit)
+            return [_task(r) for r in (await session.execute(query)).scalars().all()]
+
     async def running_tasks(self, replicas: Collection[str]) -> list[StoredTask]:
         """Tasks still marked running by these replicas."""
         if not replicas:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from pydantic_core import PydanticCustomError
-from sqlalchemy import Connection, delete, event, select, update
+from sqlalchemy import Connection, delete, event, func, select, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -325,6 +325,12 @@ class Store:
             query = query.where(Account.name.in_(sorted(set(names))))
         async with self._transaction("list_accounts") as session:
             return [AccountRow._from_model(row) for row in (await session.execute(query)).scalars()]
+
+    async def count_by_state(self) -> dict[str, int]:
+        """How many accounts are in each lifecycle state (states with none are left out)."""
+        query = select(Account.state, func.count()).group_by(Account.state)
+        async with self._transaction("count accounts by state") as session:
+            return {state: int(n) for state, n in (await session.execute(query)).all()}
 
     async def set_state(self, name: str, state: str, *, error_message: str | None = None) -> None:
         """Move the account `name` to `state` and set its `error_message` (None clears it: a

@@ -66,7 +66,7 @@ class Heartbeat(_message.Message):
     def __init__(self, sequence: _Optional[int] = ...) -> None: ...
 
 class Account(_message.Message):
-    __slots__ = ("name", "state", "reason", "api_host", "certificate_fingerprint", "server_version", "properties", "kinds")
+    __slots__ = ("name", "state", "reason", "api_host", "certificate_fingerprint", "server_version", "properties", "kinds", "kinds_not_watching")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class Account(_message.Message):
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     KINDS_FIELD_NUMBER: _ClassVar[int]
+    KINDS_NOT_WATCHING_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: str
     reason: str
@@ -83,7 +84,8 @@ class Account(_message.Message):
     server_version: str
     properties: _struct_pb2.Struct
     kinds: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., api_host: _Optional[str] = ..., certificate_fingerprint: _Optional[str] = ..., server_version: _Optional[str] = ..., properties: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., kinds: _Optional[_Iterable[str]] = ...) -> None: ...
+    kinds_not_watching: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., api_host: _Optional[str] = ..., certificate_fingerprint: _Optional[str] = ..., server_version: _Optional[str] = ..., properties: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., kinds: _Optional[_Iterable[str]] = ..., kinds_not_watching: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AccountRemoved(_message.Message):
     __slots__ = ("name",)
@@ -110,7 +112,7 @@ class AccountAnswer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., accepted: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("type", "account", "group", "version", "kind", "namespace", "name", "resource_version", "object")
+    __slots__ = ("type", "account", "group", "version", "kind", "namespace", "name", "resource_version", "object", "read_at_unix_ms")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +122,7 @@ class Event(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     OBJECT_FIELD_NUMBER: _ClassVar[int]
+    READ_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     type: EventType
     account: str
     group: str
@@ -129,7 +132,8 @@ class Event(_message.Message):
     name: str
     resource_version: str
     object: bytes
-    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., account: _Optional[str] = ..., group: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., object: _Optional[bytes] = ...) -> None: ...
+    read_at_unix_ms: int
+    def __init__(self, type: _Optional[_Union[EventType, str]] = ..., account: _Optional[str] = ..., group: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., object: _Optional[bytes] = ..., read_at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("sequence", "events")
