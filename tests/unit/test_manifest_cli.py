@@ -906,19 +906,45 @@ def test_bad_flag_combinations_are_one_line_errors_before_any_request(hub, capsy
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["get", "deploy"],  # no account
-        ["get", "deploy", "--account", "a", "--all-accounts"],  # both
-        ["apply", "--account", "a"],  # no -f
-        ["delete", "deploy", "x", "--account", "a", "--cascade", "sometimes"],
-        ["get", "deploy", "--account", "a", "-o", "table"],
+        (["get", "deploy"], "error: an account is required: --account NAME"),
+        (["get", "deploy", "--account", "a", "--all-accounts"], "error: --account and --all-accounts cannot"),
+        (["apply", "--account", "a"], "error: must specify one of -f and -k"),
+        (
+            ["delete", "deploy", "x", "--account", "a", "--cascade", "sometimes"],
+            'error: invalid argument "sometimes" for "--cascade" flag',
+        ),
+        (
+            ["get", "deploy", "--account", "a", "-o", "table"],
+            'error: unable to match a printer suitable for the output format "table"',
+        ),
+        (["get", "deploy", "--foo"], "error: unknown flag: --foo"),  # before the missing --account
+        (["scale", "deploy", "x", "--account", "a"], 'error: required flag(s) "replicas" not set'),
+        (["scale", "deploy", "x", "--replicas", "many"], 'error: invalid argument "many" for "--replicas" flag'),
+        (["rollout", "sideways", "deploy/x"], 'error: unknown command "sideways"'),
+        (["get", "deploy", "-n"], "error: flag needs an argument: 'n' in -n"),
     ],
 )
-def test_what_argparse_refuses_exits_2(hub, capsys, argv):
-    with pytest.raises(SystemExit) as e:
-        kubectl.main([*argv, "--hub", hub.url])
-    assert e.value.code == 2
+def test_command_line_mistakes_end_as_kubectl_with_exit_status_1(hub, capsys, argv, message):
+    """kubectl's words and status 1 for every mistake on the command line, and no request sent."""
+    try:
+        code = kubectl.main([*argv, "--hub", hub.url])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.startswith(message), err
+    if "output format" not in err:
+        assert err.splitlines()[-1] == f"See 'scale-agent {argv[0]} --help' for usage."
+    assert "Traceback" not in err and "usage:" not in err
+    assert hub.requests == []
+
+
+def test_flags_may_follow_or_precede_names_as_in_kubectl(hub, capsys):
+    hub.objects = {"a": [deployment("nginx", 5, ns="web")]}
+    code, out, err = run(hub, capsys, "get", "deploy", "-n", "web", "nginx", "--account", "a", "-o", "name")
+    assert (code, out, err) == (0, "deployment.apps/nginx\n", "")
 
 
 def test_get_against_the_stand_in_hub(hub, capsys):
@@ -973,3 +999,20 @@ def test_bad_yaml_error_names_a_relative_path_as_given(tmp_path, monkeypatch):
     Path("x.yaml").write_text("a: [\n")
     with pytest.raises(CliError, match=r"^error: error parsing x\.yaml: line 2"):
         read_manifest_files(["x.yaml"])
+
+
+def test_a_server_dry_run_sends_dry_run_and_refuses_an_agent_that_applied_for_real(hub, capsys, tmp_path):
+    f = tmp_path / "app.yaml"
+    f.write_text(yaml.safe_dump(CM))
+    hub.task = task("completed", {"manifests": [CM], "manifestNamesByNamespace": {}, "dryRun": True})
+    code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod", "--dry-run=server")
+    assert (code, out, err) == (0, "configmap/x serverside-applied (server dry run)\n", "")
+    assert hub.posted()[-1][0]["deployManifest"]["dryRun"] is True
+    # an agent from before dry runs ignores the field: the objects were applied, and the user is told
+    hub.task = task("completed", {"manifests": [CM], "manifestNamesByNamespace": {}})
+    code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod", "--dry-run=server")
+    assert code == 1 and "does not know dry runs: the objects WERE applied (configmap/x)" in err
+    posted = len(hub.posted())
+    code, out, err = run(hub, capsys, "apply", "-f", str(f), "--account", "prod", "--dry-run=client")
+    assert (code, out) == (0, "configmap/x serverside-applied (dry run)\n")
+    assert len(hub.posted()) == posted, "a client dry run sends nothing"

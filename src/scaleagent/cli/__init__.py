@@ -10,7 +10,7 @@ from .. import demo as demo_command
 from ..agent import command as agent_command
 from ..hub import command as hub_command
 from ..kubesim import command as kubesim_command
-from . import accounts, agents_token, kubectl, login
+from . import accounts, fleet, inspect, kubectl, login, rollout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     hub_command.add_parser(sub)
     demo_command.add_parser(sub)
     accounts.add_parser(sub)
-    agents_token.add_parser(sub)
     kubectl.add_parsers(sub)
+    inspect.add_parsers(sub)
+    rollout.add_parsers(sub)
+    fleet.add_parsers(sub)
     login.add_parsers(sub)
     kubesim_command.add_parser(sub)
     return parser

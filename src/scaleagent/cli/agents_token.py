@@ -18,11 +18,9 @@ import yaml
 from ..hub.auth.agents import hash_token
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register `agents` (with its subcommand `token`) on the `scale-agent` parser."""
-    agents = sub.add_parser("agents", help="agent identities: `agents token` makes a token for a new agent")
-    agents_sub = agents.add_subparsers(dest="agents_command", metavar="SUBCOMMAND")
-    agents.set_defaults(func=lambda args: _usage(agents))
+def add_token_parser(agents_sub: argparse._SubParsersAction) -> None:
+    """Register `token` under `scale-agent agents` (whose own parser, listing the connected
+    agents, is fleet.py's)."""
     p = agents_sub.add_parser(
         "token",
         help="print a new agent token, and the identity entry for the hub (offline)",
@@ -45,11 +43,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="account names the agent may stream (regular expressions, whole names; default: any)",
     )
     p.set_defaults(func=run)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,6 +43,13 @@ class KindInfo:
     resource: str
     namespaced: bool | None
     known: bool = False
+    typed: str = ""
+    """The argument as the user wrote it, for an unknown kind: kubectl's error names it as typed."""
+
+    @property
+    def typed_ref(self) -> str:
+        """How `the server doesn't have a resource type "..."` names the kind: as typed, else its resource."""
+        return self.typed or self.resource_ref
 
     @property
     def query(self) -> str:
@@ -153,7 +160,7 @@ def resolve_kind(text: str) -> KindInfo:
     else:
         kind = _singular(lower)
         resource = lower if kind != lower else plural(lower)
-    return KindInfo(kind, group or None, resource, None)
+    return KindInfo(kind, group or None, resource, None, typed=text)
 
 
 def kind_token(kind: str, group: str) -> str:

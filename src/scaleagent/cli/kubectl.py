@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 from . import hub as hub_api
+from . import jsonpath
 from .errors import UNKNOWN_KIND, CliError, HubError
+from .formats import OutputFormat, column_cells, label_cells, parse_output, sort_rows
 from .kinds import (
     KNOWN_KINDS,
     KindInfo,
@@ -48,9 +49,11 @@ from .manifests import (
     delete_output,
     read_manifest_files,
 )
+from .parsing import UsageError, run_command, verb_parser
 from .printers import TablePrinter, dump, dump_one, list_document, table_columns
+from .progress import Progress
 
-__all__ = ["add_parsers", "main", "sse_events", "watch_rows"]
+__all__ = ["add_parsers", "hub_options", "main", "sse_events", "watch_rows"]
 
 DEFAULT_TIMEOUT = 300.0
 """How long apply and delete wait for their task by default: a rollout of many manifests can take minutes."""
@@ -104,13 +107,16 @@ Row = tuple[str, dict[str, Any]]
 """(account, object): what a table row shows."""
 
 
-def _fetch(args: argparse.Namespace, accounts: list[str], target: ResourceArg) -> tuple[list[Row], list[str]]:
+def _fetch(
+    args: argparse.Namespace, accounts: list[str], target: ResourceArg, progress: Progress | None = None
+) -> tuple[list[Row], list[str]]:
     """Rows for one kind and its names, and the names found nowhere.
 
     A listing is sorted by account, namespace and name (what kubectl shows, the API server's key
-    order); names asked for come in the order asked, as kubectl prints them.
+    order); names asked for come in the order asked, as kubectl prints them. With several
+    accounts the requests run in parallel, and `progress` (a terminal's) counts them.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     names: Sequence[str | None] = target.names or [None]
     jobs = [(account, name) for account in accounts for name in names]
@@ -140,12 +146,16 @@ def _fetch(args: argparse.Namespace, accounts: list[str], target: ResourceArg) -
 
     if len(jobs) > 1:
         with ThreadPoolExecutor(min(ACCOUNT_QUERY_THREADS, len(jobs))) as pool:
-            results = list(pool.map(one, jobs))
+            futures = [pool.submit(one, job) for job in jobs]
+            for done, _ in enumerate(as_completed(futures), 1):
+                if progress is not None:
+                    progress.update(f"reading {target.kind.resource_ref}: {done}/{len(jobs)} requests")
+            results = [f.result() for f in futures]
     else:
         results = [one(j) for j in jobs]
     if unknown and len(unknown) == len(jobs):
         # No account follows it: kubectl's answer for a kind the server does not serve.
-        raise CliError(f'error: the server doesn\'t have a resource type "{target.kind.resource_ref}"')
+        raise CliError(f'error: the server doesn\'t have a resource type "{target.kind.typed_ref}"')
     unique: dict[tuple[str, str, str, str, str], Row] = {}  # a name asked twice is shown once
     for found in results:
         for account, obj in found:
@@ -171,8 +181,12 @@ def _no_resources(args: argparse.Namespace) -> str:
 def _printer(
     args: argparse.Namespace, group: str, kind: str, namespaced: bool, out: TextIO, *, name_prefix: bool
 ) -> TablePrinter:
+    fmt: OutputFormat = args.format
+    if fmt.kind == "custom-columns":  # kubectl's custom columns: only the columns asked for
+        return TablePrinter(column_cells(fmt.columns), out, account=args.all_accounts, headers=not args.no_headers)
+    columns = table_columns(group, kind, wide=args.output == "wide")
     return TablePrinter(
-        table_columns(group, kind, wide=args.output == "wide"),
+        columns + label_cells(args.label_columns, args.show_labels),
         out,
         account=args.all_accounts,
         namespace=args.namespace is None and namespaced,
@@ -181,7 +195,33 @@ def _printer(
     )
 
 
+def _label_columns(values: list[str] | None) -> list[str]:
+    """`-L a,b -L c` -> [a, b, c]."""
+    return [key.strip() for value in values or [] for key in value.split(",") if key.strip()]
+
+
+def _check_account(args: argparse.Namespace) -> None:
+    """--account or --all-accounts, checked after the flags (so an unknown flag is reported first)."""
+    if getattr(args, "all_accounts", False):
+        if args.account:
+            raise UsageError("error: --account and --all-accounts cannot be used together", args.prog)
+        return
+    if not args.account:
+        raise UsageError(
+            "error: an account is required: --account NAME"
+            + (" (or --all-accounts)" if hasattr(args, "all_accounts") else "")
+            + " (scale-agent clusters lists them)",
+            args.prog,
+        )
+
+
 def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_account(args)
+    args.format = parse_output(args.output)
+    args.output = args.format.kind
+    args.label_columns = _label_columns(args.label_columns)
+    if args.sort_by:
+        jsonpath.parse(jsonpath.relaxed(args.sort_by))  # a bad expression fails before any request
     if args.all_namespaces:
         args.namespace = None
     if args.selector:
@@ -193,10 +233,13 @@ def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     stream = _open_watch(args, targets[0].kind) if args.watch else None
     try:
         rows_by_target, missing = [], []
-        for target in targets:
-            rows, not_found = _fetch(args, accounts, target)
-            rows_by_target.append((target, rows))
-            missing += [(target.kind, n) for n in not_found]
+        with Progress(err) as progress:
+            for target in targets:
+                rows, not_found = _fetch(args, accounts, target, progress)
+                if args.sort_by:
+                    rows = sort_rows(rows, args.sort_by)
+                rows_by_target.append((target, rows))
+                missing += [(target.kind, n) for n in not_found]
         seen = _print_get(args, rows_by_target, out, err)
         for kind, name in missing:
             err.write(f'Error from server (NotFound): {kind.resource_ref} "{name}" not found\n')
@@ -240,13 +283,26 @@ def _print_get(
     all_rows = [row for _, rows in rows_by_target for row in rows]
     for account, obj in all_rows:
         state.versions[_object_key(account, obj)] = str(meta(obj).get("resourceVersion", ""))
-    if args.output in ("json", "yaml"):
+    if args.output in ("json", "yaml", "jsonpath"):
         objects = [o for _, o in all_rows]
-        if args.watch:  # a stream of objects follows: kubectl prints each as itself
+        if args.output == "jsonpath":
+            if args.watch:
+                for obj in objects:
+                    _print_jsonpath(args, obj, out)
+            else:
+                _print_jsonpath(args, objects[0] if _single(rows_by_target) else list_document(objects), out)
+        elif args.watch:  # a stream of objects follows: kubectl prints each as itself
             for obj in objects:
                 dump_one(obj, args.output, out)
         else:
             dump(objects[0] if _single(rows_by_target) else list_document(objects), args.output, out)
+        return state
+    if args.output == "custom-columns":
+        printer = _printer(args, "", "", False, out, name_prefix=False)
+        printer.print_rows(all_rows)
+        state.printer = printer
+        if not all_rows and not any(t.names for t, _ in rows_by_target):
+            err.write(_no_resources(args) + "\n")
         return state
     if args.output == "name":
         for _, obj in all_rows:
@@ -271,6 +327,18 @@ def _print_get(
         err.write(_no_resources(args) + "\n")
         err.flush()
     return state
+
+
+def _print_jsonpath(args: argparse.Namespace, doc: dict[str, Any], out: TextIO) -> None:
+    template = args.format.template
+    try:
+        text = jsonpath.render(template, doc)
+    except jsonpath.JSONPathError as e:
+        raise CliError(
+            f"error: error executing jsonpath {template.source!r}: {str(e).removeprefix('error: ')}"
+        ) from None
+    out.write(text)
+    out.flush()
 
 
 def _check_selector(selector: str) -> None:
@@ -374,6 +442,8 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
         for account, obj in watch_rows(sse_events(stream), target, selector, state.versions):
             if args.output in ("json", "yaml"):
                 dump_one(obj, args.output, out)
+            elif args.output == "jsonpath":
+                _print_jsonpath(args, obj, out)
             elif args.output == "name":
                 out.write(object_name(obj) + "\n")
                 out.flush()
@@ -402,11 +472,35 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
 
 
 def _apply(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if not args.filename:
+        raise UsageError("error: must specify one of -f and -k", args.prog)
+    _check_account(args)
     manifests = read_manifest_files(args.filename)
     check_namespaces(manifests, args.namespace)
-    body = build_deploy_operation(args.account, manifests, namespace=args.namespace, field_manager=args.field_manager)
+    if args.dry_run == "client":
+        # Only this side: the files are read and checked, nothing is sent (kubectl's client dry run).
+        local = [_with_namespace(m, args.namespace) for m in manifests]
+        if args.output in ("json", "yaml"):
+            dump(local[0] if len(local) == 1 else list_document(local), args.output, out)
+        else:
+            for m in local:
+                out.write(f"{object_name(m)} serverside-applied (dry run)\n")
+        out.flush()
+        return 0
+    dry_run = args.dry_run == "server"
+    body = build_deploy_operation(
+        args.account, manifests, namespace=args.namespace, field_manager=args.field_manager, dry_run=dry_run
+    )
     task = hub_api.run_task(args.hub, body, args.timeout)
     applied, lines, error = apply_output(task)
+    if dry_run:
+        if applied and not all(r.get("dryRun") for r in task.get("resultObjects") or [] if r.get("manifests")):
+            # An agent from before dry runs ignores the field and applies: say so, loudly.
+            raise CliError(
+                f"error: the agent serving account {args.account} does not know dry runs: the objects "
+                f"WERE applied ({', '.join(object_name(o) for o in applied)}); upgrade the agent"
+            )
+        lines = [f"{line} (server dry run)" for line in lines]
     if args.output in ("json", "yaml"):
         if applied:
             dump(applied[0] if len(applied) == 1 else list_document(applied), args.output, out)
@@ -418,6 +512,16 @@ def _apply(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"error: {error}\n")
         return 1
     return 0
+
+
+def _with_namespace(obj: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    """The object as a client dry run shows it: with `-n`'s namespace when it names none."""
+    if not namespace or meta(obj).get("namespace"):
+        return obj
+    known = KNOWN_KINDS.get((group_of(obj), str(obj.get("kind", ""))))
+    if known is not None and known.namespaced is False:
+        return obj
+    return {**obj, "metadata": {**meta(obj), "namespace": namespace}}
 
 
 def _location(args: argparse.Namespace, kind: KindInfo, own_namespace: str | None) -> str:
@@ -432,6 +536,7 @@ def _location(args: argparse.Namespace, kind: KindInfo, own_namespace: str | Non
 
 
 def _delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_account(args)
     if args.selector:
         _check_selector(args.selector)
     if args.filename and args.resources:
@@ -494,26 +599,6 @@ def _delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --- command line --------------------------------------------------------------------------------
 
 
-def _run(command: Callable[[argparse.Namespace, TextIO, TextIO], int]) -> Callable[[argparse.Namespace], int]:
-    """Errors become their message on stderr and exit status 1; Ctrl-C (how -w ends) exits 0."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            args.hub = hub_api.connect_args(args)
-            return command(args, sys.stdout, sys.stderr)
-        except CliError as e:
-            sys.stdout.flush()
-            print(e, file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 0
-        except BrokenPipeError:  # `scale-agent get ... | head`
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-
-    return run
-
-
 def _non_negative(value: str) -> float:
     seconds = float(value)
     if seconds < 0:
@@ -521,16 +606,24 @@ def _non_negative(value: str) -> float:
     return seconds
 
 
+def hub_options() -> argparse.ArgumentParser:
+    """A parent parser with `--hub`, `--token` and the TLS options, for every verb that talks to the hub."""
+    parent = argparse.ArgumentParser(add_help=False)
+    hub_api.add_connection_options(parent)
+    return parent
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Register `get`, `apply` and `delete` on the `scale-agent` parser."""
-    hub_option = argparse.ArgumentParser(add_help=False)
-    hub_api.add_connection_options(hub_option)
+    hub_option = hub_options()
 
-    p = sub.add_parser(
+    p = verb_parser(
+        sub,
         "get",
         parents=[hub_option],
         usage="scale-agent get KIND[,KIND...] [NAME...] | KIND/NAME... "
-        "(--account A | --all-accounts) [-n NS | -A] [-l SELECTOR] [-o yaml|json|wide|name] [-w]",
+        "(--account A | --all-accounts) [-n NS | -A] [-l SELECTOR] "
+        "[-o yaml|json|wide|name|jsonpath=...|custom-columns=...] [--sort-by PATH] [--show-labels] [-L KEY] [-w]",
         help="show objects from the hub's cache, like kubectl get",
         description="Objects of one or all accounts, from the hub's real-time cache (docs/cli.md).",
     )
@@ -541,21 +634,37 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="a kind (deployment, deploy, Deployment.apps, pods, svc, ...), several separated by commas, "
         "then names; or KIND/NAME...",
     )
-    which = p.add_mutually_exclusive_group(required=True)
+    which = p.add_mutually_exclusive_group()
     which.add_argument("--account", help="the account (cluster) to read")
     which.add_argument("--all-accounts", action="store_true", help="every account the hub knows (adds ACCOUNT)")
     p.add_argument("-n", "--namespace", help="only this namespace (default: all namespaces)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="all namespaces (the default here)")
     p.add_argument("-l", "--selector", metavar="SELECTOR", help="label selector: app=web, 'tier in (a,b)', !canary")
-    p.add_argument("-o", "--output", choices=["yaml", "json", "wide", "name"], help="output format (default: a table)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FORMAT",
+        help="yaml, json, wide, name, jsonpath=TEMPLATE, jsonpath-file=FILE, custom-columns=SPEC, "
+        "custom-columns-file=FILE (default: a table)",
+    )
+    p.add_argument("--sort-by", metavar="JSONPATH", help="sort by a field: .metadata.name, {.spec.replicas}")
+    p.add_argument("--show-labels", action="store_true", help="a LABELS column, last")
+    p.add_argument(
+        "-L",
+        "--label-columns",
+        action="append",
+        metavar="KEY[,KEY...]",
+        help="a column per label key (repeatable)",
+    )
     p.add_argument("-w", "--watch", action="store_true", help="after the list, print a row per change (Ctrl-C stops)")
     p.add_argument("--no-headers", action="store_true", help="tables without their header line")
-    p.set_defaults(func=_run(_get))
+    p.set_defaults(func=run_command(_get, interrupted=0), prog=p.prog)
 
-    p = sub.add_parser(
+    p = verb_parser(
+        sub,
         "apply",
         parents=[hub_option],
-        usage="scale-agent apply -f FILE [-f FILE...] --account A [-n NS] "
+        usage="scale-agent apply -f FILE [-f FILE...] --account A [-n NS] [--dry-run=none|server|client] "
         "[--field-manager NAME] [--timeout SECONDS] [-o json|yaml]",
         help="apply manifests to an account through the hub (server-side)",
         description="Send manifests to an account's agent as one deployManifest operation and wait "
@@ -565,12 +674,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "-f",
         "--filename",
         action="append",
-        required=True,
         metavar="FILE",
         help="YAML or JSON file, directory, or - for stdin (repeatable)",
     )
-    p.add_argument("--account", required=True, help="the account (cluster) to apply to")
+    p.add_argument("--account", help="the account (cluster) to apply to")
     p.add_argument("-n", "--namespace", help="namespace for manifests that do not name one")
+    p.add_argument(
+        "--dry-run",
+        nargs="?",
+        const="client",
+        default="none",
+        choices=["none", "server", "client"],
+        help="server: the API server checks and defaults the objects, nothing is stored; "
+        "client: the files are only read and checked here; none (default): apply",
+    )
     p.add_argument(
         "--field-manager",
         default="scale-agent",
@@ -585,9 +702,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
     )
     p.add_argument("-o", "--output", choices=["json", "yaml"], help="print the applied objects instead")
-    p.set_defaults(func=_run(_apply))
+    p.set_defaults(func=run_command(_apply), prog=p.prog)
 
-    p = sub.add_parser(
+    p = verb_parser(
+        sub,
         "delete",
         parents=[hub_option],
         usage="scale-agent delete (KIND NAME... | KIND/NAME... | -f FILE | "
@@ -606,7 +724,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="delete the objects this file describes (repeatable, - for stdin)",
     )
     p.add_argument("-l", "--selector", metavar="SELECTOR", help="delete every object of KIND matching this selector")
-    p.add_argument("--account", required=True, help="the account (cluster) to delete from")
+    p.add_argument("--account", help="the account (cluster) to delete from")
     p.add_argument("-n", "--namespace", help="namespace (default: the object's own, else default)")
     p.add_argument(
         "--cascade",
@@ -627,15 +745,89 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
     )
-    p.set_defaults(func=_run(_delete))
+    p.set_defaults(func=run_command(_delete), prog=p.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """get, apply and delete alone, as the tests run them in-process."""
+    """The kubectl verbs alone, as the tests run them in-process."""
+    from . import fleet, inspect, rollout
+
     parser = argparse.ArgumentParser(prog="scale-agent")
-    add_parsers(parser.add_subparsers(dest="command"))
+    sub = parser.add_subparsers(dest="command")
+    add_parsers(sub)
+    inspect.add_parsers(sub)
+    rollout.add_parsers(sub)
+    fleet.add_parsers(sub)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
+
+
+# --- one object, for the verbs that act on named objects (describe, scale, rollout, logs, diff) ---
+
+
+def namespace_for(kind: KindInfo, namespace: str | None) -> str:
+    """Where a named object is looked for: `-n`, else kubectl's `default`; '' when cluster-scoped."""
+    return "" if kind.namespaced is False else (namespace or "default")
+
+
+def read_objects(
+    hub: hub_api.Hub,
+    account: str,
+    kind: KindInfo,
+    *,
+    namespace: str | None,
+    name: str | None = None,
+    selector: str | None = None,
+    unknown_kind_ok: bool = False,
+) -> list[dict[str, Any]]:
+    """Objects of one account from the hub's cache; a kind the account does not follow is
+    kubectl's `the server doesn't have a resource type` (or nothing, `unknown_kind_ok`: the
+    Events `describe` shows, an account may not follow them). `namespace` '' or None: every
+    namespace (a kind of unknown scope is read everywhere, then its namespaced objects filtered)."""
+    try:
+        items = _query(
+            hub,
+            account,
+            kind,
+            namespace=namespace if namespace and kind.namespaced else None,
+            name=name,
+            selector=selector,
+            tolerate_missing_account=False,
+        )
+    except HubError as e:
+        if e.reason == UNKNOWN_KIND:
+            if unknown_kind_ok:
+                return []
+            raise CliError(f'error: the server doesn\'t have a resource type "{kind.typed_ref}"') from None
+        raise
+    if namespace and kind.namespaced is None:
+        items = [o for o in items if meta(o).get("namespace") in (None, "", namespace)]
+    return items
+
+
+def read_object(hub: hub_api.Hub, account: str, kind: KindInfo, name: str, namespace: str) -> dict[str, Any]:
+    """One object from the hub's cache, or kubectl's NotFound."""
+    found = read_objects(hub, account, kind, namespace=namespace, name=name)
+    if not found:
+        raise CliError(f'Error from server (NotFound): {kind.resource_ref} "{name}" not found')
+    return found[0]
+
+
+def named_targets(resources: Sequence[str], verb: str) -> list[tuple[KindInfo, str]]:
+    """`KIND NAME...` or `KIND/NAME...` as (kind, name) pairs; every one must have a name."""
+    if not resources:
+        raise CliError("error: required resource not specified")
+    parsed = parse_resource_args(resources)
+    if not all(r.names for r in parsed):
+        raise CliError(
+            f"error: resource(s) were provided, but no name was specified (scale-agent {verb} KIND NAME or KIND/NAME)"
+        )
+    return [(r.kind, name) for r in parsed for name in r.names]
+
+
+def check_account(args: argparse.Namespace) -> None:
+    """The verbs' `--account` check, after the flags (public for the other verb modules)."""
+    _check_account(args)

@@ -132,11 +132,19 @@ def check_namespaces(objects: Sequence[dict[str, Any]], namespace: str | None) -
 
 
 def build_deploy_operation(
-    account: str, manifests: Sequence[dict[str, Any]], *, namespace: str | None = None, field_manager: str | None = None
+    account: str,
+    manifests: Sequence[dict[str, Any]],
+    *,
+    namespace: str | None = None,
+    field_manager: str | None = None,
+    dry_run: bool = False,
 ) -> list[dict[str, Any]]:
     """The `POST /kubernetes/ops` body of `apply`: one deployManifest with every object, so the hub
-    applies them as one task, in order, and reports what it applied if one fails."""
+    applies them as one task, in order, and reports what it applied if one fails. `dry_run`: the
+    agent applies with the API's `dryRun=All` (`apply --dry-run=server`, `diff`)."""
     description: dict[str, Any] = {"account": account, "manifests": list(manifests)}
+    if dry_run:
+        description["dryRun"] = True
     if namespace:
         description["namespaceOverride"] = namespace
     if field_manager:

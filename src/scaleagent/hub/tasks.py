@@ -165,7 +165,7 @@ def parse_operations(body: Any) -> list[Operation]:
         if not isinstance(account, str) or not account:
             problems.append(f"{where} ({type_}): account is required (a string)")
             continue
-        bad = _bad_numbers(type_, description)
+        bad = _bad_numbers(type_, description) + _bad_flags(type_, description)
         if bad:
             problems.extend(f"{where} ({type_}): {b}" for b in bad)
             continue
@@ -173,6 +173,20 @@ def parse_operations(body: Any) -> list[Operation]:
     if problems:
         raise BadOperations("; ".join(problems))
     return out
+
+
+FLAGS: dict[str, tuple[str, ...]] = {"deployManifest": ("dryRun",)}
+"""The true/false fields of each operation's description. `dryRun` above all is checked when the
+task is submitted: a dry run the agent took for a real one (`"dryRun": "yes"`) would change the
+cluster."""
+
+
+def _bad_flags(type_: str, description: dict[str, Any]) -> list[str]:
+    return [
+        f"{key}: expected true or false, got {description[key]!r}"
+        for key in FLAGS.get(type_, ())
+        if description.get(key) is not None and not isinstance(description[key], bool)
+    ]
 
 
 def _bad_numbers(type_: str, description: dict[str, Any]) -> list[str]:

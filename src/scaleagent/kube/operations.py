@@ -294,6 +294,14 @@ class ClusterOperations:
         force = request.get("forceConflicts", True)
         if not isinstance(force, bool):
             raise bad_request("forceConflicts must be true or false")
+        # A dry run (`kubectl apply --dry-run=server`): the API server admits, defaults and
+        # validates every object and stores none; nothing is recorded as touched, so the hub
+        # does not wait for its cache to show changes that will never come.
+        dry_run = request.get("dryRun", False)
+        if not isinstance(dry_run, bool):
+            raise bad_request("dryRun must be true or false")
+        if dry_run:
+            out.output["dryRun"] = True
         checked = [self._check_manifest(i, m) for i, m in enumerate(manifests)]
         # Every manifest is resolved before any is applied: a kind the cluster does not serve
         # fails the deploy with nothing applied, unless a CRD of this same deploy defines it.
@@ -319,6 +327,11 @@ class ClusterOperations:
         for position, i in enumerate(order):
             m, kind = checked[i], kinds[i]
             if kind is None:
+                if dry_run:  # its CRD is only dry-run too: the kind will never be served
+                    raise bad_request(
+                        f"{m['kind']} {m['metadata']['name']} cannot be dry-run: its CustomResourceDefinition "
+                        "is in this same deploy, and a dry run does not create it"
+                    )
                 out.step = f"waiting for the CRD of {m['kind']} to be served"
                 kind = await self._served(m["apiVersion"], m["kind"])
             body = dict(m)
@@ -332,6 +345,8 @@ class ClusterOperations:
             try:
                 namespace, name = meta.get("namespace", ""), meta["name"]
                 params = {"force": "true"} if force else {}
+                if dry_run:
+                    params["dryRun"] = "All"
                 applied = await self._retrying(
                     functools.partial(self._patch, kind, namespace, name, body, APPLY, manager, **params)
                 )
@@ -345,7 +360,10 @@ class ClusterOperations:
                 if isinstance(e, APIError):
                     raise api_failure(e, what, done) from None
                 raise OperationFailed(503, "ServiceUnavailable", f"{what}: {e}{done}") from None
-            out.record(kind, applied)
+            if dry_run:
+                out.objects.append(applied)  # what would be: reported, not expected in the cache
+            else:
+                out.record(kind, applied)
 
     async def _served(self, api_version: str, kind: str) -> KindInfo:
         """A kind whose CRD this deploy just applied: established at once by some servers, soon by others."""

@@ -197,6 +197,12 @@ OPERATION_DESCRIPTIONS: dict[str, dict[str, Any]] = {
             },
             "fieldManager": {"type": "string", "default": "scale-agent"},
             "forceConflicts": {"type": "boolean", "default": True},
+            "dryRun": {
+                "type": "boolean",
+                "default": False,
+                "description": "Apply with the API's dryRun=All: checked and defaulted by the API server, "
+                "stored nowhere; the task's result has `dryRun: true`",
+            },
         },
         "Server-side apply of every manifest, in dependency order; nothing is applied if one is invalid.",
     ),
