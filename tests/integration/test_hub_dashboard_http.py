@@ -16,6 +16,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 import scaleagent.hub.api
+from scaleagent.hub.api.dashboard import ASSETS
 from scaleagent.hub.auth.callers import hash_token
 
 from ..helpers import HubProcess, write_yaml
@@ -118,14 +119,13 @@ def test_the_page_and_everything_it_loads_come_from_the_hub_without_a_login(hub)
         for script in (STATIC / "app.js", STATIC / "charts.js")
         for name in re.findall(r'from "(\./[\w.-]+)"', script.read_text())
     ]
-    assert len(set(paths)) == 9, paths  # every asset dashboard.py serves
+    assert len(set(paths)) == len(ASSETS), paths  # every asset dashboard.py serves
     for path in paths:
         status, headers, served = request(hub, "GET", path)
         assert status == 200, (path, status)
-        name = path.rsplit("/", 1)[1]
-        packaged = STATIC / name if (STATIC / name).exists() else STATIC / "vendor" / name
+        packaged = ASSETS[path.rsplit("/", 1)[1]][0]
         assert served == packaged.read_bytes(), f"{path} is not the packaged {packaged}"
-        assert headers["content-type"].split(";")[0] in ("text/javascript", "text/css"), (path, headers)
+        assert headers["content-type"].split(";")[0] in ("text/javascript", "text/css", "image/png"), (path, headers)
         assert headers["x-content-type-options"] == "nosniff"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -169,7 +170,13 @@ def test_operations_http_requests_and_failed_dynamic_accounts_are_measured(stack
         assert r.status == 202
     hub.wait_until("/armory/accounts/broken", lambda d: d["state"] == "FAILED", what="the account FAILED")
 
+    # A method HTTP does not define is one series, whatever it is called: callers cannot mint series.
+    for verb in ("M1", "M2"):
+        odd = urllib.request.Request(hub.url + "/api/v1/accounts", method=verb)
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(odd, timeout=10)
     text = metrics(hub)
+    assert "M1" not in text and (sample(text, "scale_agent_hub_http_request_seconds_count", method="other") or 0) >= 2
     assert (
         sample(text, "scale_agent_hub_operation_seconds_count", type="deployManifest", outcome="succeeded") or 0
     ) >= 1

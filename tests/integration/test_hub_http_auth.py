@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import time
 import urllib.error
@@ -185,6 +186,17 @@ def test_lists_show_only_the_accounts_a_caller_may_read(stack):
     assert names(callers["bob"].call("GET", "/api/v1/accounts")[1]) == ["prod-cluster"]
     assert names(callers["eve"].call("GET", "/api/v1/accounts")[1]) == []
     assert names(callers["carol"].call("GET", "/api/v1/accounts")[1]) == ["dev-cluster", "prod-cluster"]
+
+
+def test_metrics_and_stats_name_only_the_accounts_a_caller_may_read(stack):
+    _, callers = stack
+    for who, expected in (("alice", {"dev-cluster", "prod-cluster"}), ("bob", {"prod-cluster"}), ("eve", set())):
+        status, text = callers[who].call("GET", "/metrics")
+        assert status == 200
+        named = set(re.findall(r'scale_agent_hub_account_watches\{account="([^"]+)"\}', text.decode()))  # type: ignore[union-attr]
+        assert named == expected, (who, named)
+        status, stats = callers[who].call("GET", "/api/v1/stats")
+        assert status == 200 and stats["accounts"] == len(expected), (who, stats)  # type: ignore[index]
 
 
 def test_reading_an_account_needs_read_and_the_403_names_it(stack):

@@ -356,6 +356,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             if account in session.accounts:
                 run = events[start:end]
                 markers = self.cache.apply(account, run)
+                session.events -= markers  # objects' events only, as /api/v1/stats counts them
                 self.metrics.applied(end - start - markers, [e.read_at_unix_ms for e in run], time.time() * 1000)
             else:
                 session.dropped += end - start

@@ -52,6 +52,8 @@ ASSETS: dict[str, tuple[Path, str]] = {
     "htm.mjs": (STATIC / "vendor" / "htm.mjs", _JS),
     "uPlot.iife.min.js": (STATIC / "vendor" / "uPlot.iife.min.js", _JS),
     "uPlot.min.css": (STATIC / "vendor" / "uPlot.min.css", _CSS),
+    # The docs' icon (static/swagger-ui), so that browsers do not ask for /favicon.ico.
+    "favicon.png": (STATIC.parent / "swagger-ui" / "favicon-32x32.png", "image/png"),
 }
 """URL name -> (file, media type): everything the page loads besides the API's answers."""
 

@@ -8,9 +8,10 @@ FAILED dynamic account shows in the metrics whichever replica holds it).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,6 +22,7 @@ from ..metrics import HubMetrics
 from ..states import AccountState
 from ..store import StoreError
 from .deps import ApiDeps
+from .security import principal_of, readable
 
 __all__ = ["Stats", "add_metrics"]
 
@@ -34,12 +36,15 @@ class LatencySummary(BaseModel):
 
 class Stats(BaseModel):
     replica: str = Field(description="The replica that answered: these figures are its own")
-    events: int = Field(description="Object events applied to this replica's cache since it started")
+    events: int = Field(
+        description="Objects' events applied to this replica's cache since it started (every account's; "
+        "snapshot markers left out)"
+    )
     eventsPerSecond: float = Field(description="Events per second over the last 10 seconds")
     changeToCacheSeconds: LatencySummary = Field(
         description="From an agent reading a change from its watch to the change in the cache, last minute"
     )
-    accounts: int = Field(description="Accounts this replica serves")
+    accounts: int = Field(description="Accounts this replica serves that the caller may read")
     watches: int = Field(description="Kinds followed, over those accounts")
     watchesEstablished: int = Field(description="Of those, kinds whose watch is established now")
     oldestEventAgeSeconds: float | None = Field(
@@ -60,12 +65,15 @@ def add_metrics(app: FastAPI, deps: ApiDeps) -> None:
         response_class=PlainTextResponse,
         responses={200: {"description": "Prometheus' text format"}},
     )
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         try:
-            collector.lifecycle = await deps.accounts.store.count_by_state()
-            collector.database_up = True
+            lifecycle: dict[str, int] | None = await deps.accounts.store.count_by_state()
         except StoreError:
-            collector.lifecycle, collector.database_up = None, False
+            lifecycle = None
+        caller = principal_of(request)
+        # Set and read with nothing awaited between: concurrent scrapes cannot mix their callers.
+        collector.lifecycle, collector.database_up = lifecycle, lifecycle is not None
+        collector.visible = lambda name: readable(deps, caller, name)
         return Response(generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     @app.get(
@@ -74,10 +82,12 @@ def add_metrics(app: FastAPI, deps: ApiDeps) -> None:
         summary="This replica's event rate, change-to-cache latency and watches, in JSON",
         response_model=Stats,
     )
-    async def stats() -> dict[str, Any]:
+    async def stats(request: Request) -> dict[str, Any]:
+        caller = principal_of(request)
+        shown = [r for r in deps.registry.accounts.values() if readable(deps, caller, r.name)]
         watches = established = 0
         oldest: float | None = None
-        for record in deps.registry.accounts.values():
+        for record in shown:
             fresh = deps.registry.freshness(record)
             watches += fresh["watches"]
             established += fresh["watchesEstablished"]
@@ -87,11 +97,14 @@ def add_metrics(app: FastAPI, deps: ApiDeps) -> None:
         return {
             "replica": deps.replica,
             **deps.metrics.stats(),
-            "accounts": len(deps.registry.accounts),
+            "accounts": len(shown),
             "watches": watches,
             "watchesEstablished": established,
             "oldestEventAgeSeconds": oldest,
         }
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class HttpLatency:
@@ -113,10 +126,11 @@ class HttpLatency:
             if message["type"] == "http.response.start" and not observed:
                 observed = True
                 route = scope.get("route")
-                path = getattr(route, "path", None) or "unmatched"  # unknown paths: one series, not one each
-                self.metrics.http.child(scope["method"], path, str(message["status"])).observe(
-                    time.monotonic() - started
-                )
+                # Unknown paths (and requests refused before routing: 401, 421) are one series,
+                # and so are unknown methods: a caller must not be able to mint series.
+                path = getattr(route, "path", None) or "unmatched"
+                method = scope["method"] if scope["method"] in _METHODS else "other"
+                self.metrics.http.child(method, path, str(message["status"])).observe(time.monotonic() - started)
             await send(message)
 
         await self.app(scope, receive, timed)
@@ -127,6 +141,7 @@ class _Collector:
         self.deps = deps
         self.lifecycle: dict[str, int] | None = None  # read from the database before each scrape
         self.database_up = True
+        self.visible: Callable[[str], bool] = lambda name: True  # the scraper's readable accounts
 
     def collect(self) -> Any:
         yield from self._lifecycle()
@@ -239,6 +254,8 @@ class _Collector:
         )
         followed = GaugeMetricFamily("scale_agent_hub_account_watches", "Kinds the account follows", labels=["account"])
         for name, record in sorted(registry.accounts.items()):
+            if not self.visible(name):
+                continue
             fresh = registry.freshness(record)
             if fresh["lastEventAgeSeconds"] is not None:
                 age.add_metric([name], fresh["lastEventAgeSeconds"])

@@ -13,6 +13,7 @@ const RETRY_MS = 3000;
 const TOKEN_KEY = "scale-agent-token";
 const MAX_CHANGES = 30;
 const MAX_RESULTS = 200;
+const REFUSED_MS = 60000; // how long a source that answered 403 is left alone
 
 // The API, relative to the page (so the dashboard also works behind a path-prefixing proxy).
 const SOURCES = {
@@ -124,7 +125,7 @@ function Login({ whoami, onToken }) {
   };
   return html`<section id="login" class="panel">
     <h2>Log in</h2>
-    <p>This hub needs a login (${whoami.error}). Paste a bearer token: a static token, or a Kubernetes token
+    <p>This hub needs a login. Paste a bearer token: a static token, or a Kubernetes token
     (<code>kubectl create token ...</code>). It is kept in this tab only (sessionStorage) and sent to this hub alone.</p>
     <form onSubmit=${submit}>
       <input id="token" type="password" autocomplete="off" placeholder="token" value=${value}
@@ -183,7 +184,7 @@ function Replicas({ answer }) {
 function Freshness({ freshness }) {
   if (!freshness) return html`<span class="muted">–</span>`;
   const stale = Object.entries(freshness.kinds || {}).filter(([, k]) => !k.watching).map(([k]) => k);
-  return html`<span title=${stale.length ? `not watching: ${stale.join(", ")}` : "every kind watched"}>
+  return html`<span class=${stale.length ? "stale" : ""} title=${stale.length ? `not watching: ${stale.join(", ")}` : "every kind watched"}>
     ${age(freshness.lastEventAgeSeconds)}, watches ${freshness.watchesEstablished}/${freshness.watches}
   </span>`;
 }
@@ -377,6 +378,7 @@ function App() {
   const [version, setVersion] = useState(0);
   const [refresh, setRefresh] = useState(0);
   const seen = useRef(0);
+  const refused = useRef({});
   const windows = useRef({
     rate: new Window(["seen by this page", "applied by the hub"]),
     latency: new Window(["p50", "p90", "p99"]),
@@ -392,10 +394,21 @@ function App() {
   // The lists, every POLL_MS (and at once after an action).
   useEffect(() => {
     if (!loggedIn) return;
+    refused.current = {}; // another login, or an action: ask every source again
     let live = true;
     let timer;
     const poll = async () => {
-      const entries = await Promise.all(Object.entries(SOURCES).map(async ([k, path]) => [k, await api(path)]));
+      // A source that refused (403: the admin role) is asked again only every REFUSED_MS.
+      const entries = await Promise.all(
+        Object.entries(SOURCES).map(async ([k, path]) => {
+          const last = refused.current[k];
+          if (last && Date.now() - last.at < REFUSED_MS) return [k, last.answer];
+          const answer = await api(path);
+          if (answer.status === 403) refused.current[k] = { at: Date.now(), answer };
+          else delete refused.current[k];
+          return [k, answer];
+        }),
+      );
       if (!live) return;
       const next = Object.fromEntries(entries);
       setData(next);
