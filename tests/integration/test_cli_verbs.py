@@ -427,3 +427,49 @@ def test_a_bad_flag_is_kubectls_error_before_anything_else(setup, verb):
         "",
         f"error: unknown flag: --foo\nSee 'scale-agent {prog} --help' for usage.\n",
     )
+
+
+# --- mistakes a user makes (from a new user's review) ---------------------------------------------
+
+
+def test_a_hub_address_that_is_not_the_hubs_http_port_is_said_so_without_a_traceback(setup):
+    hub = setup["hub"]
+    grpc_port = hub.grpc_target.rsplit(":", 1)[1]
+    for argv in (["get", "cm", "--account", "a0"], ["clusters"]):
+        r = cli(setup, *argv, "--hub", f"http://127.0.0.1:{grpc_port}", hub=False)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "does not speak HTTP/1.1" in r.stderr and "gRPC" in r.stderr, r.stderr
+    f = setup["tmp"] / "diff-cm.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}))
+    r = cli(setup, "diff", "-f", str(f), "--account", "a0", "--hub", f"https://127.0.0.1:{grpc_port}", hub=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr  # an error, not "different"
+
+
+def test_diff_mistakes_exit_2_not_1_which_means_different(setup):
+    for argv in (["diff", "--account", "a0"], ["diff", "-f", "x.yaml", "--foo"]):
+        r = cli(setup, *argv)
+        assert r.returncode == 2 and r.stderr.startswith("error: "), (argv, r.returncode, r.stderr)
+
+
+def test_apply_can_refuse_to_take_over_fields_another_manager_owns(setup, tmp_path):
+    core = setup["core"]
+    core.create_namespaced_config_map(setup["ns"], {"metadata": {"name": "owned"}, "data": {"k": "theirs"}})
+    f = tmp_path / "owned.yaml"
+    f.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"k": "ours"}})
+    )
+    r = on_a0(setup, "apply", "-f", str(f), "--force-conflicts=false", "--timeout", "1m")
+    assert r.returncode == 1 and "conflict" in r.stderr.lower(), (r.returncode, r.stderr)
+    assert core.read_namespaced_config_map("owned", setup["ns"]).data == {"k": "theirs"}
+    r = on_a0(setup, "apply", "-f", str(f), "--timeout", "90s")  # the default takes the field over
+    assert r.returncode == 0, r.stderr
+    assert core.read_namespaced_config_map("owned", setup["ns"]).data == {"k": "ours"}
+
+
+def test_get_hides_managed_fields_unless_asked_and_refuses_a_name_with_a_selector(setup):
+    r = on_a0(setup, "get", "cm", "c-1", "-o", "json")
+    assert r.returncode == 0 and "managedFields" not in json.loads(r.stdout)["metadata"]
+    r = on_a0(setup, "get", "cm", "c-1", "-o", "json", "--show-managed-fields")
+    assert r.returncode == 0 and "managedFields" in json.loads(r.stdout)["metadata"]
+    r = on_a0(setup, "get", "cm", "c-1", "-l", "size")
+    assert (r.returncode, r.stderr) == (1, "error: name cannot be provided when a selector is specified\n")

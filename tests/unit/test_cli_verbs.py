@@ -16,9 +16,9 @@ from scaleagent.cli.errors import CliError
 from scaleagent.cli.fleet import freshness_cell, watches_cell
 from scaleagent.cli.formats import column_value, custom_columns, label_cells, natural_key, parse_output, sort_rows
 from scaleagent.cli.inspect import diff_objects
-from scaleagent.cli.parsing import kubectl_message
+from scaleagent.cli.parsing import kubectl_message, parse_duration
 from scaleagent.cli.progress import Progress
-from scaleagent.cli.rollout import history_text, parse_duration, revisions, rollout_status
+from scaleagent.cli.rollout import history_text, revisions, rollout_status
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=UTC)
 
@@ -64,7 +64,10 @@ def render(template: str, data=PODS) -> str:
         ("{.items[1:].metadata.name}", "web-10 web-2"),
         ("{.items[0,2].metadata.name}", "web-1 web-2"),
         ("{.items[0].metadata.labels.app\\.kubernetes\\.io/name}", "shop"),
-        ("{.items[0].metadata.labels['app.kubernetes.io/name']}", "shop"),
+        # kubectl reads ['...'] as a path: the dots of a key are escaped there too.
+        ("{.items[0].metadata.labels['app\\.kubernetes\\.io/name']}", "shop"),
+        ("{.items[0].metadata.labels['app.kubernetes.io/name']}", ""),
+        ("{.items[*]['metadata.name']}", "web-1 web-10 web-2"),
         ('{.items[?(@.status.phase=="Running")].metadata.name}', "web-1 web-2"),
         ("{.items[?(@.status.restartCount>2)].metadata.name}", "web-1 web-2"),
         ("{.items[?(@.metadata.labels.app)].metadata.name}", "web-1 web-10"),

@@ -910,7 +910,7 @@ def test_bad_flag_combinations_are_one_line_errors_before_any_request(hub, capsy
     [
         (["get", "deploy"], "error: an account is required: --account NAME"),
         (["get", "deploy", "--account", "a", "--all-accounts"], "error: --account and --all-accounts cannot"),
-        (["apply", "--account", "a"], "error: must specify one of -f and -k"),
+        (["apply", "--account", "a"], "error: must specify -f (scale-agent has no -k)"),
         (
             ["delete", "deploy", "x", "--account", "a", "--cascade", "sometimes"],
             'error: invalid argument "sometimes" for "--cascade" flag',

@@ -12,6 +12,7 @@ library only (and PyYAML for the file): a CLI must start fast and needs no event
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import ssl
@@ -211,7 +212,12 @@ def open_stream(
             message = body["error"]
             reason = str(body.get("reason") or "")
         except (ValueError, KeyError, TypeError, AttributeError):
-            message = raw[:300].decode(errors="replace").strip() or str(e.reason)
+            # Not the hub's error shape: another server (the agent's health port, a proxy's page).
+            raise HubError(
+                f"error: {hub.url} answered {e.code} {e.reason} to {method} {path}, not as a Scale Agent hub "
+                "does: is --hub (or SCALE_AGENT_HUB) the hub's HTTP address?",
+                e.code,
+            ) from None
         if not isinstance(message, str):
             message = str(message)
         if e.code == 401:
@@ -223,6 +229,11 @@ def open_stream(
             # a route this hub does not have (an older hub, or --hub naming something else)
             message = f"the hub answered {e.code} {message} to {method} {path}"
         raise HubError(f"error: {message}", e.code, reason) from None
+    except http.client.HTTPException as e:  # not HTTP at all: the hub's gRPC port, say
+        raise HubError(
+            f"error: {hub.url} does not speak HTTP/1.1 ({type(e).__name__}): is --hub (or SCALE_AGENT_HUB) the "
+            "hub's HTTP address? Its gRPC port is for agents"
+        ) from None
     except (urllib.error.URLError, OSError) as e:
         cause = e.reason if isinstance(e, urllib.error.URLError) else e
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -257,7 +268,7 @@ def send(
             return json.loads(response.read() or b"null")
         except ValueError:
             raise HubError(f"error: {method} {path}: the hub answered something that is not JSON") from None
-        except (TimeoutError, OSError) as e:
+        except (TimeoutError, OSError, http.client.HTTPException) as e:
             raise HubError(f"error: {method} {path}: {e}") from None
 
 

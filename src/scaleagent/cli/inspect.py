@@ -20,9 +20,9 @@ from . import hub as hub_api
 from .describe import describe, events_for
 from .errors import CliError
 from .kinds import KNOWN_KINDS, KindInfo, group_of, meta, parse_resource_args, plural, resolve_kind
-from .kubectl import check_account, hub_options, read_object, read_objects
+from .kubectl import add_force_conflicts, check_account, hub_options, read_object, read_objects
 from .manifests import apply_output, build_deploy_operation, check_namespaces, read_manifest_files
-from .parsing import UsageError, run_command, verb_parser
+from .parsing import UsageError, parse_duration, run_command, verb_parser
 from .printers import dump
 
 __all__ = ["add_parsers", "diff_objects"]
@@ -38,7 +38,7 @@ def _describe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.all_namespaces:
         args.namespace = None
     first = True
-    for target in parse_resource_args(args.resources):
+    for target in parse_resource_args(args.resources, "describe"):
         kind = target.kind
         # as `get`: without -n every namespace (an account has no current namespace)
         namespace = args.namespace if kind.namespaced is not False else None
@@ -214,19 +214,23 @@ def _diff(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         return _diff_files(args, out)
     except CliError as e:
-        if not isinstance(e, UsageError):
-            e.exit_status = 2  # type: ignore[attr-defined]
+        e.exit_status = 2  # type: ignore[attr-defined]  # a mistake too: 1 would read as "different"
         raise
 
 
 def _diff_files(args: argparse.Namespace, out: TextIO) -> int:
     if not args.filename:
-        raise UsageError("error: must specify one of -f and -k", args.prog)
+        raise UsageError("error: must specify -f", args.prog)
     check_account(args)
     manifests = read_manifest_files(args.filename, verb="diff")
     check_namespaces(manifests, args.namespace)
     body = build_deploy_operation(
-        args.account, manifests, namespace=args.namespace, field_manager=args.field_manager, dry_run=True
+        args.account,
+        manifests,
+        namespace=args.namespace,
+        field_manager=args.field_manager,
+        dry_run=True,
+        force_conflicts=args.force_conflicts,
     )
     task = hub_api.run_task(args.hub, body, args.timeout)
     merged, _, error = apply_output(task)
@@ -309,5 +313,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--account", help="the account (cluster)")
     p.add_argument("-n", "--namespace", help="namespace for manifests that do not name one")
     p.add_argument("--field-manager", default="scale-agent", metavar="NAME", help="as apply's (default scale-agent)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS", help="how long to wait")
+    add_force_conflicts(p)
+    p.add_argument(
+        "--timeout",
+        type=parse_duration,
+        default=DEFAULT_TIMEOUT,
+        metavar="DURATION",
+        help="how long to wait: 90s, 5m or seconds",
+    )
+    p.usage_status = 2
     p.set_defaults(func=run_command(_diff), prog=p.prog)

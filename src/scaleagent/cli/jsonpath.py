@@ -221,7 +221,11 @@ class _Parser:
                 if name:
                     steps.append(Field(name))
             elif c == "[":
-                steps.append(self.bracket())
+                keyed = self._dict_key()
+                if keyed is not None:
+                    steps.extend(keyed)
+                else:
+                    steps.append(self.bracket())
             else:
                 raise self.fail(f"unrecognized character in action: {self.text[self.i :]!r}")
         return Path(root, tuple(steps))
@@ -239,6 +243,17 @@ class _Parser:
             out.append(c)
             self.i += 1
         return "".join(out)
+
+    def _dict_key(self) -> list[Field | Recursive | Index | Filter] | None:
+        """`['a.b']`, as kubectl reads it: the quoted text is a path, `.a.b` (so a key with dots is
+        written `['app\\.kubernetes\\.io/name']`, as kubectl wants). None: another bracket."""
+        end = self._matching("[", "]")
+        inner = self.text[self.i + 1 : end].strip()
+        quoted = len(inner) >= 2 and inner[0] in "'\"" and inner[-1] == inner[0]
+        if not quoted or len(_split_outside_quotes(inner, ",")) > 1:
+            return None
+        self.i = end + 1
+        return list(_Parser("." + inner[1:-1], self.source).path().steps)
 
     def bracket(self) -> Index | Filter:
         end = self._matching("[", "]")

@@ -191,11 +191,11 @@ class ResourceArg:
     names: tuple[str, ...] = ()
 
 
-def parse_resource_args(args: Sequence[str]) -> list[ResourceArg]:
+def parse_resource_args(args: Sequence[str], verb: str = "get") -> list[ResourceArg]:
     """kubectl's argument forms: `KIND[,KIND...] [NAME...]` or `KIND/NAME...`, never both."""
     if not args:
         raise CliError(
-            'error: You must specify the type of resource to get. Use "scale-agent get --help" for the accepted kinds'
+            f'error: You must specify the type of resource to {verb}. Use "scale-agent get --help" for the accepted kinds'
         )
     if any("/" in a for a in args):
         if not all("/" in a for a in args):

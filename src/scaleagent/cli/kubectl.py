@@ -18,6 +18,7 @@ or written): a CLI must start fast and needs no event loop.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.parse
@@ -49,7 +50,7 @@ from .manifests import (
     delete_output,
     read_manifest_files,
 )
-from .parsing import UsageError, run_command, verb_parser
+from .parsing import UsageError, parse_bool, parse_duration, run_command, verb_parser
 from .printers import TablePrinter, dump, dump_one, list_document, table_columns
 from .progress import Progress
 
@@ -227,6 +228,8 @@ def _get(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.selector:
         _check_selector(args.selector)
     targets = parse_resource_args(args.resources)
+    if args.selector and any(t.names for t in targets):
+        raise CliError("error: name cannot be provided when a selector is specified")
     if args.watch and len(targets) > 1:
         raise CliError("error: you may only specify a single resource type with --watch")
     accounts = _accounts(args)
@@ -284,7 +287,7 @@ def _print_get(
     for account, obj in all_rows:
         state.versions[_object_key(account, obj)] = str(meta(obj).get("resourceVersion", ""))
     if args.output in ("json", "yaml", "jsonpath"):
-        objects = [o for _, o in all_rows]
+        objects = [_shown(args, o) for _, o in all_rows]
         if args.output == "jsonpath":
             if args.watch:
                 for obj in objects:
@@ -432,6 +435,13 @@ def watch_rows(
         yield account, obj
 
 
+def _shown(args: argparse.Namespace, obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as `-o json|yaml` prints it: without managedFields unless asked, as kubectl."""
+    if getattr(args, "show_managed_fields", False) or "managedFields" not in meta(obj):
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta(obj).items() if k != "managedFields"}}
+
+
 def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _WatchState, out: TextIO) -> None:
     selector = None
     if args.selector:
@@ -441,7 +451,7 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
     try:
         for account, obj in watch_rows(sse_events(stream), target, selector, state.versions):
             if args.output in ("json", "yaml"):
-                dump_one(obj, args.output, out)
+                dump_one(_shown(args, obj), args.output, out)
             elif args.output == "jsonpath":
                 _print_jsonpath(args, obj, out)
             elif args.output == "name":
@@ -463,7 +473,7 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
             f"error: no news from the hub for {WATCH_READ_TIMEOUT:g}s (it sends a heartbeat every "
             f"15s): the watch is lost"
         ) from None
-    except OSError as e:
+    except (OSError, http.client.HTTPException) as e:  # IncompleteRead: the chunked stream broke off
         raise CliError(f"error: the watch was cut: {e}") from None
     raise CliError("error: the hub closed the watch")
 
@@ -473,7 +483,7 @@ def _follow(args: argparse.Namespace, target: ResourceArg, stream: Any, state: _
 
 def _apply(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not args.filename:
-        raise UsageError("error: must specify one of -f and -k", args.prog)
+        raise UsageError("error: must specify -f (scale-agent has no -k)", args.prog)
     _check_account(args)
     manifests = read_manifest_files(args.filename)
     check_namespaces(manifests, args.namespace)
@@ -489,7 +499,12 @@ def _apply(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return 0
     dry_run = args.dry_run == "server"
     body = build_deploy_operation(
-        args.account, manifests, namespace=args.namespace, field_manager=args.field_manager, dry_run=dry_run
+        args.account,
+        manifests,
+        namespace=args.namespace,
+        field_manager=args.field_manager,
+        dry_run=dry_run,
+        force_conflicts=args.force_conflicts,
     )
     task = hub_api.run_task(args.hub, body, args.timeout)
     applied, lines, error = apply_output(task)
@@ -599,11 +614,17 @@ def _delete(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 # --- command line --------------------------------------------------------------------------------
 
 
-def _non_negative(value: str) -> float:
-    seconds = float(value)
-    if seconds < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return seconds
+def add_force_conflicts(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force-conflicts",
+        nargs="?",
+        const=True,
+        default=True,
+        type=parse_bool,
+        metavar="true|false",
+        help="take over fields another field manager owns (default true, as Spinnaker's deploys; "
+        "--force-conflicts=false fails on a conflict, as kubectl apply --server-side does)",
+    )
 
 
 def hub_options() -> argparse.ArgumentParser:
@@ -650,6 +671,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sort-by", metavar="JSONPATH", help="sort by a field: .metadata.name, {.spec.replicas}")
     p.add_argument("--show-labels", action="store_true", help="a LABELS column, last")
     p.add_argument(
+        "--show-managed-fields",
+        action="store_true",
+        help="keep metadata.managedFields in -o json|yaml (left out by default, as kubectl does)",
+    )
+    p.add_argument(
         "-L",
         "--label-columns",
         action="append",
@@ -694,12 +720,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="server-side apply field manager (default scale-agent)",
     )
+    add_force_conflicts(p)
     p.add_argument(
         "--timeout",
-        type=_non_negative,
+        type=parse_duration,
         default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
+        metavar="DURATION",
+        help=f"how long to wait for the operation: 90s, 5m or seconds (default {DEFAULT_TIMEOUT:g})",
     )
     p.add_argument("-o", "--output", choices=["json", "yaml"], help="print the applied objects instead")
     p.set_defaults(func=run_command(_apply), prog=p.prog)
@@ -740,10 +767,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=_non_negative,
+        type=parse_duration,
         default=DEFAULT_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long to wait for the operation (default {DEFAULT_TIMEOUT:g})",
+        metavar="DURATION",
+        help=f"how long to wait for the operation: 90s, 5m or seconds (default {DEFAULT_TIMEOUT:g})",
     )
     p.set_defaults(func=run_command(_delete), prog=p.prog)
 

@@ -138,6 +138,7 @@ def build_deploy_operation(
     namespace: str | None = None,
     field_manager: str | None = None,
     dry_run: bool = False,
+    force_conflicts: bool = True,
 ) -> list[dict[str, Any]]:
     """The `POST /kubernetes/ops` body of `apply`: one deployManifest with every object, so the hub
     applies them as one task, in order, and reports what it applied if one fails. `dry_run`: the
@@ -149,6 +150,8 @@ def build_deploy_operation(
         description["namespaceOverride"] = namespace
     if field_manager:
         description["fieldManager"] = field_manager
+    if not force_conflicts:  # the operation's default is to force, as Spinnaker's deploys do
+        description["forceConflicts"] = False
     return [{"deployManifest": description}]
 
 

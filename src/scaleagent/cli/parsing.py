@@ -20,7 +20,15 @@ from typing import Any, NoReturn, TextIO
 
 from .errors import CliError
 
-__all__ = ["KubectlParser", "UsageError", "kubectl_message", "run_command", "verb_parser"]
+__all__ = [
+    "KubectlParser",
+    "UsageError",
+    "kubectl_message",
+    "parse_bool",
+    "parse_duration",
+    "run_command",
+    "verb_parser",
+]
 
 
 class UsageError(CliError):
@@ -94,6 +102,7 @@ class KubectlParser(argparse.ArgumentParser):
 
     _inner = False
     _argv: Sequence[str] = ()
+    usage_status = 1  # kubectl's; `diff` sets 2, its 1 meaning "different"
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -115,7 +124,7 @@ class KubectlParser(argparse.ArgumentParser):
 
     def error(self, message: str, translated: bool = False) -> NoReturn:
         text = message if translated else kubectl_message(message, self._argv)
-        self.exit(1, f"error: {text}\nSee '{self.prog} --help' for usage.\n")
+        self.exit(self.usage_status, f"error: {text}\nSee '{self.prog} --help' for usage.\n")
 
 
 def verb_parser(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> KubectlParser:
@@ -154,3 +163,24 @@ def run_command(
             return 0
 
     return run
+
+
+def parse_duration(text: str) -> float:
+    """kubectl's `--timeout`: a Go duration (`90s`, `5m`, `1h30m`, `0`), or plain seconds."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f'time: invalid duration "{text}"')
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def parse_bool(text: str) -> bool:
+    """A flag's value as Go's strconv.ParseBool reads it (`--watch=false`)."""
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f'strconv.ParseBool: parsing "{text}": invalid syntax')

@@ -11,8 +11,8 @@ DaemonSet's ControllerRevisions) as the cache holds them.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
-import re
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -31,36 +31,16 @@ from .kubectl import (
     sse_events,
 )
 from .manifests import task_error
-from .parsing import KubectlParser, UsageError, run_command, verb_parser
+from .parsing import KubectlParser, UsageError, parse_bool, parse_duration, run_command, verb_parser
 from .progress import Progress
 
-__all__ = ["add_parsers", "parse_duration", "rollout_status"]
+__all__ = ["add_parsers", "rollout_status"]
 
 REVISION = "deployment.kubernetes.io/revision"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
 DEFAULT_TIMEOUT = 300.0
 WATCH_READ_TIMEOUT = 60.0
 """The hub sends a heartbeat every 15 s on an idle watch: this much silence means the watch is lost."""
-
-
-def parse_duration(text: str) -> float:
-    """kubectl's `--timeout`: a Go duration (`90s`, `5m`, `1h30m`, `0`), or plain seconds."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f'time: invalid duration "{text}"')
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * scale[u] for n, u in parts)
-
-
-def _bool(text: str) -> bool:
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
 
 
 def _ref(kind: KindInfo, obj: dict[str, Any]) -> str:
@@ -273,7 +253,7 @@ def _follow_status(args: argparse.Namespace, kind: KindInfo, name: str, out: Tex
                         return
                     if deadline is not None and time.monotonic() >= deadline:
                         break
-            except (TimeoutError, OSError):
+            except (TimeoutError, OSError, http.client.HTTPException):
                 pass  # the watch went silent or was cut: read again, unless the time is up
             finally:
                 if stream is not None:
@@ -442,7 +422,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-w",
         "--watch",
-        type=_bool,
+        type=parse_bool,
         nargs="?",
         const=True,
         default=True,
