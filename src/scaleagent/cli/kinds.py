@@ -195,7 +195,8 @@ def parse_resource_args(args: Sequence[str], verb: str = "get") -> list[Resource
     """kubectl's argument forms: `KIND[,KIND...] [NAME...]` or `KIND/NAME...`, never both."""
     if not args:
         raise CliError(
-            f'error: You must specify the type of resource to {verb}. Use "scale-agent get --help" for the accepted kinds'
+            f"error: You must specify the type of resource to {verb}. "
+            'Use "scale-agent get --help" for the accepted kinds'
         )
     if any("/" in a for a in args):
         if not all("/" in a for a in args):
