@@ -202,7 +202,21 @@ class ConfigModel(BaseModel):
     )
 
     ignored_keys: ClassVar[frozenset[str]] = frozenset()
+    # Why a key of `ignored_keys` does nothing here, said in its warning instead of the format's
+    # general reason; and keys that are refused with a reason (a setting whose absence would change
+    # what the program does, e.g. secret references it cannot resolve).
+    ignored_reasons: ClassVar[Mapping[str, str]] = {}
+    refused_keys: ClassVar[Mapping[str, str]] = {}
+    # Where the section sits in the file ('kubernetes.accounts[]'), so that a warning names the
+    # whole key path; empty at the top level.
+    section: ClassVar[str] = ""
     holds_secret: ClassVar[bool] = False
+
+    @classmethod
+    def refusal(cls, key: str, value: Any) -> str | None:
+        """Why this key (with this value) is refused, or None: `refused_keys` by default; a section
+        may refuse a key only for some values and ignore it otherwise."""
+        return cls.refused_keys.get(key)
 
     @model_validator(mode="before")
     @classmethod
@@ -214,10 +228,14 @@ class ConfigModel(BaseModel):
         from_text = bool(context.get(_CONTEXT_FROM_TEXT))
         ignored = context.get(_CONTEXT_IGNORED)
         for key in list(data):
-            if from_text and isinstance(key, str) and key in cls.ignored_keys:
+            refusal = cls.refusal(key, data[key]) if from_text and isinstance(key, str) else None
+            if refusal is not None:
+                raise invalid(refusal, key)
+            if from_text and isinstance(key, str) and (key in cls.ignored_keys or key in cls.ignored_reasons):
                 del data[key]
                 if ignored is not None:
-                    ignored.append(key)
+                    path = f"{cls.section}.{key}" if cls.section else key
+                    ignored.append((path, cls.ignored_reasons.get(key)))
                 continue
             name = _field_name_for_key(cls, key, allow_names=not from_text)
             if name is None:
@@ -362,7 +380,7 @@ class ConfigFormat(Generic[M]):
     def _validate(
         self, data: dict[str, Any], source: str, origins: Mapping[tuple[str | int, ...], str], base_dir: Path
     ) -> M:
-        ignored: list[str] = []
+        ignored: list[tuple[str, str | None]] = []
         context = {
             _CONTEXT_BASE_DIR: base_dir,
             _CONTEXT_FROM_TEXT: True,
@@ -379,8 +397,8 @@ class ConfigFormat(Generic[M]):
                 prefix = f"{origin}: " if origin else f"{source}: "
                 lines.append(f"{prefix}{_format_loc(loc)}: {message}" if loc else f"{prefix}{message}")
             raise ConfigError(lines) from None
-        for key in sorted(set(ignored)):
-            self.logger.warning("%s: ignoring %r: %s", source, key, self.ignored_reason)
+        for key, reason in sorted(set(ignored), key=lambda item: item[0]):
+            self.logger.warning("%s: ignoring %r: %s", source, key, reason or self.ignored_reason)
         return config
 
     def _is_config_var(self, var: str, environ: Mapping[str, str]) -> bool:
@@ -650,6 +668,8 @@ def normalize_roles(value: Any, *at: str | int) -> tuple[str, ...]:
         raise invalid(f"expected a list of group names, got {describe(value)}", *at)
     roles = []
     for i, item in enumerate(items):
+        if isinstance(item, int) and not isinstance(item, bool):
+            item = str(item)  # numeric role names, as Armory accepts them (YAML reads `- 1234` as a number)
         if not isinstance(item, str):
             raise invalid(f"expected a group name (a string), got {describe(item)}", *at, i)
         role = item.strip().lower()
@@ -664,8 +684,19 @@ def normalize_permissions(value: Any) -> dict[str, tuple[str, ...]]:
     other than READ and WRITE are refused rather than ignored."""
     if value is None:
         return {}
+    if isinstance(value, list | tuple) and all(isinstance(item, Mapping) for item in value):
+        # Armory's documented form: a list of one-key maps (`- READ: [...]`, `- WRITE: [...]`).
+        merged: dict[Any, Any] = {}
+        for i, item in enumerate(value):
+            for key, roles in item.items():
+                if key in merged:
+                    raise invalid(f"{key!r} is given twice in the list; give each permission once", i, str(key))
+                merged[key] = roles
+        value = merged
     if not isinstance(value, Mapping):
-        raise invalid(f"expected READ and WRITE lists of groups, got {describe(value)}")
+        raise invalid(
+            f"expected READ and WRITE lists of groups (a mapping, or a list of one-key mappings), got {describe(value)}"
+        )
     out: dict[str, tuple[str, ...]] = {}
     for key, roles in value.items():
         name = str(key).strip().upper()
@@ -752,6 +783,8 @@ def _problem(
         if kind == "string_type" and isinstance(value, bool | int | float | datetime.date):
             message += "; put it in quotes to make it a string"
         return loc, message
+    if kind == "literal_error":
+        return loc, f"expected one of {ctx.get('expected', '')}, got {describe(value, secret=secret)}"
     if kind in _BOUNDS:
         bound = _BOUNDS[kind].format(**{k: _plain_number(v) for k, v in ctx.items()})
         return loc, f"{bound}, got {_plain_number(value)}"

@@ -305,7 +305,7 @@ def test_key_in_the_wrong_section_says_where_it_belongs():
 def test_armory_settings_this_agent_does_not_use_are_ignored_with_a_warning(caplog):
     cfg = parse_config(account("serviceAccount: true\ncacheThreads: 4"), source="agent.yml", environ={})
     assert cfg.kubernetes.accounts[0].service_account is True
-    assert "agent.yml: ignoring 'cacheThreads': an Armory/Clouddriver setting" in caplog.text
+    assert "agent.yml: ignoring 'kubernetes.accounts[].cacheThreads': an Armory/Clouddriver setting" in caplog.text
 
 
 def test_permissions_are_kept_trimmed_and_lowercased_for_the_hub_to_enforce():
@@ -445,13 +445,17 @@ def test_namespace_and_kind_names_are_checked():
     )
 
 
-def test_crd_items_need_a_group_and_only_kind():
+def test_crd_items_need_a_group_and_only_kind_and_scope():
     assert error_of(account("serviceAccount: true\ncustomResourceDefinitions: [Widget]")) == (
         "agent.yml: kubernetes.accounts[0].customResourceDefinitions[0]: 'Widget' has no API group: "
         "custom resources are named 'Kind.group', e.g. 'Widget.example.com'"
     )
     assert error_of(account("serviceAccount: true\ncustomResourceDefinitions: [{name: W.x.io}]")) == (
-        "agent.yml: kubernetes.accounts[0].customResourceDefinitions[0].name: unknown key 'name': an item here has only 'kind'"
+        "agent.yml: kubernetes.accounts[0].customResourceDefinitions[0].name: unknown key 'name': an item here has only 'kind' and 'scope'"
+    )
+    assert error_of(account("serviceAccount: true\ncustomResourceDefinitions: [{kind: W.x.io, scope: Global}]")) == (
+        "agent.yml: kubernetes.accounts[0].customResourceDefinitions[0].scope: 'Global' is not a scope: "
+        "expected 'Cluster' or 'Namespaced'"
     )
 
 

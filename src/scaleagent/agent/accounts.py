@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kube.client import KubeClient
+from ..kube.client import KubeClient, RetryPolicy
 from ..kube.concurrency import all_or_first_error
 from ..kube.credentials import load_credentials, service_account_namespace
 from ..kube.discovery import KindInfo, discover, follow_once, readable, readable_in, select_kinds
@@ -67,6 +68,8 @@ class EngineSettings:
     discovery_interval: float = 60.0
     watch_timeout: tuple[int, int] = (300, 600)
     watch_idle_timeout: float = 90.0
+    reconnect_delay: float | None = None  # kubernetes.reconnectTimeoutMs, in seconds; None: the reflector's
+    retry: RetryPolicy | None = None  # kubernetes.retries (None: retries.enabled is false)
 
 
 @dataclass
@@ -264,7 +267,12 @@ class AccountRunner:
             in_cluster=cfg.service_account,
             kubeconfig_content=getattr(cfg, "kubeconfig", None),
         )
+        if getattr(cfg, "insecure", False):
+            # Armory's account `insecure`: the API server's certificate is not verified.
+            creds.ssl_context.check_hostname = False
+            creds.ssl_context.verify_mode = ssl.CERT_NONE
         self._client = KubeClient(creds)
+        self._client.retry = self.settings.retry
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
         self.fingerprint = await self._client.server_certificate_fingerprint() or ""
@@ -443,6 +451,7 @@ class AccountRunner:
             watch_timeout=self.settings.watch_timeout,
             idle_timeout=self.settings.watch_idle_timeout,
             before_resume=self._confirm_cluster,
+            reconnect_delay=self.settings.reconnect_delay,
         )
         task = asyncio.get_running_loop().create_task(
             self._run_watch(key, reflector), name=f"{self.name} {kind.qualified}"
@@ -531,6 +540,28 @@ class AccountRunner:
         if tasks:
             # asyncio.wait: the watches' own cancellation stays theirs, ours still reaches us.
             await asyncio.wait(tasks)
+
+    def watch_documents(self) -> list[dict[str, Any]]:
+        """`GET /watches`: each followed (kind, namespace) of this account, as it stands."""
+        out = []
+        for w in self.watches.values():
+            r = w.reflector
+            doc: dict[str, Any] = {
+                "account": self.name,
+                "kind": w.kind.qualified,
+                "namespace": w.namespace or "",
+                "scope": "namespace" if w.namespace else ("cluster" if not w.kind.namespaced else "all namespaces"),
+                "state": w.state,
+                "lastEventAt": r.last_event_at or None,
+                "resourceVersion": r.resource_version or "",
+                "relists": r.relists,
+                "resumes": r.resumes,
+                "failures": r.failures,
+            }
+            if w.reason:
+                doc["error"] = w.reason
+            out.append(doc)
+        return out
 
     def health(self) -> dict[str, Any]:
         states: dict[str, int] = {}

@@ -41,13 +41,21 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"scale-agent agent: {e}", file=sys.stderr)
         return 2
+    if "logging" in config.model_fields_set:
+        from .logs import configure_logging
+
+        try:
+            configure_logging(config.logging)
+        except OSError as e:
+            print(f"scale-agent agent: logging.file {config.logging.file}: {e.strerror or e}", file=sys.stderr)
+            return 2
     return asyncio.run(_serve(config, args.config, args.print_events, args.no_hub))
 
 
 async def _serve(config, path: Path, print_events: bool, no_hub: bool) -> int:
     from .link import HubLink
     from .memory import tune_allocator
-    from .service import Agent, link_settings
+    from .service import Agent, StartError, link_settings
     from .sinks import CountingSink, PrintSink
 
     tune_allocator()
@@ -55,14 +63,13 @@ async def _serve(config, path: Path, print_events: bool, no_hub: bool) -> int:
     agent = Agent(config, sink, path)
     try:
         await agent.start()
-    except OSError as e:
-        print(
-            f"scale-agent agent: cannot listen on {config.server.host}:{config.server.port}: {e.strerror or e}",
-            file=sys.stderr,
-        )
+    except StartError as e:
+        print(f"scale-agent agent: {e}", file=sys.stderr)
         await agent.stop()
         return 1
     print(f"scale-agent agent: health on {agent.health_url}/health", file=sys.stderr, flush=True)
+    if agent.metrics_url:
+        print(f"scale-agent agent: metrics on {agent.metrics_url}/metrics", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -129,6 +129,7 @@ class AccountConfig(ConfigModel):
 
     # Settings of Armory's agent or of Clouddriver's Kubernetes accounts that this implementation
     # does not have (here and in the sections below): a migrated file still loads, with a warning.
+    section = "kubernetes.accounts[]"
     ignored_keys = frozenset(
         {
             "requiredGroupMembership",
@@ -137,11 +138,8 @@ class AccountConfig(ConfigModel):
             "configureImagePullSecrets",
             "cacheThreads",
             "cachingPolicies",
-            "oAuthScopes",
-            "onlySpinnakerManaged",
             "primaryAccount",
             "environment",
-            "metrics",
             "namingStrategy",
             "liveManifestCalls",
             "checkPermissionsOnStartup",
@@ -150,6 +148,21 @@ class AccountConfig(ConfigModel):
             "kubectlRequestTimeoutSeconds",
         }
     )
+    ignored_reasons = {
+        "oAuthScopes": "the gcp auth provider's scopes: kubeconfigs use an exec credential plugin instead "
+        "(gke-gcloud-auth-plugin), which Scale Agent runs",
+        "onlySpinnakerManaged": "a Clouddriver setting that Armory's agent does not implement either; "
+        "every object is followed",
+        "metrics": "pod metrics are not collected: the hub has no consumer for them",
+        "maxResumableResourceAgeMs": "the agent keeps no resume point across reconnects: it relists and "
+        "the hub reconciles the snapshot (mark and sweep), so no stale resume is possible",
+        "serviceAccountName": "the pod's service account is chosen by the pod spec, not by the agent",
+        "skipManifestDefaults": "Scale Agent never adds field defaults to manifests (the API server does)",
+    }
+    refused_keys = {
+        "skipServerSideApply": "Scale Agent deploys by server-side apply only: client-side apply is not "
+        "implemented; remove the key",
+    }
 
     name: StrictStr
     kubeconfig_file: Path | None = Field(
@@ -157,6 +170,12 @@ class AccountConfig(ConfigModel):
     )
     context: StrictStr | None = None
     service_account: StrictBool = False
+    # Don't verify the API server's certificate (Armory's `insecure`); as kubectl's
+    # --insecure-skip-tls-verify, it overrides the kubeconfig's CA.
+    insecure: StrictBool = False
+    # Ignore HTTP(S)_PROXY for this cluster: the agent never proxies Kubernetes calls, so true is
+    # what it does anyway, and false cannot be had (a warning says so when a proxy is set).
+    no_proxy: StrictBool = False
     namespaces: tuple[StrictStr, ...] = ()
     omit_namespaces: tuple[StrictStr, ...] = ()
     kinds: tuple[StrictStr, ...] = ()
@@ -225,11 +244,18 @@ class AccountConfig(ConfigModel):
         items = []
         for i, item in enumerate(value):
             if isinstance(item, dict):
-                unknown = [k for k in item if k != "kind"]
+                unknown = [k for k in item if k not in ("kind", "scope")]
                 if unknown:
-                    raise invalid(f"unknown key {unknown[0]!r}: an item here has only 'kind'", i, unknown[0])
+                    raise invalid(
+                        f"unknown key {unknown[0]!r}: an item here has only 'kind' and 'scope'", i, unknown[0]
+                    )
                 if "kind" not in item:
                     raise invalid("required key 'kind' is missing", i)
+                # Armory's `scope` (Cluster or Namespaced) is checked, then left to discovery, which
+                # learns each kind's scope from the API server.
+                scope = item.get("scope")
+                if scope is not None and scope not in ("Cluster", "Namespaced"):
+                    raise invalid(f"{scope!r} is not a scope: expected 'Cluster' or 'Namespaced'", i, "scope")
                 item = item["kind"]
                 if not isinstance(item, str):
                     raise invalid(f"expected a string, got {describe(item)}", i, "kind")
@@ -291,10 +317,102 @@ class DynamicAccountConfig(AccountConfig):
         return True
 
 
+SsaMode = Literal["always", "never", "allowed"]
+
+
+class ServerSideApplyKind(ConfigModel):
+    """`kubernetes.serverSideApply.kinds[]`: Armory's per-kind switches (see ServerSideApplyConfig)."""
+
+    section = "kubernetes.serverSideApply.kinds[]"
+
+    kind: StrictStr
+    enabled: SsaMode = "allowed"
+    clear_managed_fields: SsaMode = "allowed"
+    manifest_defaults: SsaMode = "allowed"
+
+    @model_validator(mode="after")
+    def _supported(self) -> ServerSideApplyKind:
+        _check_ssa(self.enabled, self.clear_managed_fields, self.manifest_defaults)
+        return self
+
+
+def _check_ssa(enabled: str, clear_managed_fields: str, manifest_defaults: str) -> None:
+    """What Scale Agent can do: server-side apply always, never clearing managedFields, never adding
+    defaults. `allowed` is accepted for all three (an object's annotation decides, and the
+    annotations asking for what is not implemented fail that deploy, naming the annotation)."""
+    if enabled == "never":
+        raise invalid(
+            "'never' (client-side apply) is not implemented: Scale Agent deploys by server-side apply "
+            "only; use 'always' or 'allowed'",
+            "enabled",
+        )
+    if clear_managed_fields == "always":
+        raise invalid(
+            "'always' is not implemented: Scale Agent never clears metadata.managedFields (it takes "
+            "over conflicting fields with force instead); use 'never' or 'allowed'",
+            "clearManagedFields",
+        )
+    if manifest_defaults == "always":
+        raise invalid(
+            "'always' is not implemented: Scale Agent adds no field defaults to manifests (the API "
+            "server applies its defaults); use 'never' or 'allowed'",
+            "manifestDefaults",
+        )
+
+
+class ServerSideApplyConfig(ConfigModel):
+    """`kubernetes.serverSideApply`: Armory's switches between client- and server-side apply.
+
+    Scale Agent deploys by server-side apply only, so `enabled` may be `always` or `allowed` (both
+    mean server-side apply for every object here; Armory's `allowed` uses client-side apply unless
+    asked); `never` is refused, as are the `always` forms of the two others."""
+
+    section = "kubernetes.serverSideApply"
+
+    enabled: SsaMode = "allowed"
+    clear_managed_fields: SsaMode = "allowed"
+    manifest_defaults: SsaMode = "allowed"
+    kinds: tuple[ServerSideApplyKind, ...] = ()
+
+    @model_validator(mode="after")
+    def _supported(self) -> ServerSideApplyConfig:
+        _check_ssa(self.enabled, self.clear_managed_fields, self.manifest_defaults)
+        if "enabled" in self.model_fields_set and self.enabled == "allowed":
+            log.warning(
+                "kubernetes.serverSideApply.enabled: 'allowed' deploys by server-side apply here, like "
+                "'always' (Armory's agent uses client-side apply unless an annotation or kinds[] asks)"
+            )
+        return self
+
+
+class RetriesConfig(ConfigModel):
+    """`kubernetes.retries`: retrying the operations' Kubernetes requests that fail with a
+    transient error (a timeout, a dropped connection), as Armory does. 409 Conflicts have their own
+    retry (kube/operations.py) and are not counted here; the watches have their own backoff."""
+
+    enabled: StrictBool = True
+    max_retries: StrictInt = Field(3, ge=0, le=100)
+    back_off_ms: StrictInt = Field(3000, ge=0, le=600_000)
+    retry_any_error: StrictBool = False
+    retryable_errors: tuple[StrictStr, ...] = ("timeout", "deadline exceeded")
+
+
 class KubernetesConfig(ConfigModel):
     """The accounts and how they are listed and discovered."""
 
+    section = "kubernetes"
+
     accounts: tuple[AccountConfig, ...] = ()
+    # The agent never proxies Kubernetes calls (see AccountConfig.no_proxy).
+    no_proxy: StrictBool = False
+    # Armory's first wait before a broken watch is restarted (then backoff). None: ours, 0.8 s.
+    reconnect_timeout_ms: StrictInt | None = Field(None, ge=1, le=3_600_000)
+    # Start the file's accounts in groups of this many, cacheGroupDelayMs apart (0: all at once),
+    # so that an agent of many accounts does not list them all in the same second.
+    cache_group_size: StrictInt = Field(0, ge=0)
+    cache_group_delay_ms: StrictInt = Field(0, ge=0, le=3_600_000)
+    retries: RetriesConfig = Field(default_factory=RetriesConfig)
+    server_side_apply: ServerSideApplyConfig = Field(default_factory=ServerSideApplyConfig)
     page_size: StrictInt = Field(500, ge=1, le=10000)
     discovery_interval_seconds: StrictFloat = Field(60.0, gt=0)
     # A watch that receives nothing for this long is taken for dead and resumed. Servers send a
@@ -325,6 +443,13 @@ class KubernetesConfig(ConfigModel):
 class TasksConfig(ConfigModel):
     """Limits on the initial LIST tasks running at once (0 = unlimited)."""
 
+    section = "tasks"
+    ignored_reasons = {
+        "queueCheckFrequencyMs": "the budget is a semaphore that wakes waiting LISTs at once; nothing is polled",
+    }
+
+    # Armory's defaults are 1000 and 50: ours are lower because each LIST holds a page of objects
+    # in memory while it runs (docs/agent-config.md).
     total_budget: StrictInt = Field(32, ge=0)
     budget_per_account: StrictInt = Field(8, ge=0)
 
@@ -335,11 +460,54 @@ class OperationsConfig(ConfigModel):
     max_concurrent: StrictInt = Field(16, ge=1, le=1024)
 
 
+class ServerSslConfig(ConfigModel):
+    """`server.ssl`: TLS on the health/admin port (Armory's keys)."""
+
+    section = "server.ssl"
+
+    enabled: StrictBool = False
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    key_password: SecretStr = SecretStr("")
+    key_file_password: SecretStr = SecretStr("")
+    ca_cert_file: Path | None = None
+    client_auth: Literal["none", "want", "need"] = "none"
+
+    @field_validator("cert_file", "key_file", "ca_cert_file", mode="before")
+    @classmethod
+    def _files(cls, value: Any, info: ValidationInfo) -> Path | None:
+        return to_path(value, info)
+
+    @field_validator("key_password", "key_file_password", mode="before")
+    @classmethod
+    def _secret(cls, value: Any) -> Any:
+        return secret_text(value)
+
+    @field_validator("client_auth", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _complete(self) -> ServerSslConfig:
+        if self.enabled and self.cert_file is None:
+            raise invalid("required when server.ssl.enabled is true (the server's certificate)", "certFile")
+        if self.client_auth != "none" and self.ca_cert_file is None:
+            raise invalid("required when clientAuth is want or need (the CA of client certificates)", "caCertFile")
+        return self
+
+    @property
+    def password(self) -> str:
+        """The key's password, under either of Armory's names."""
+        return self.key_file_password.get_secret_value() or self.key_password.get_secret_value()
+
+
 class ServerConfig(ConfigModel):
     """The local health/metrics endpoint."""
 
     host: StrictStr = "127.0.0.1"
     port: StrictInt = Field(8082, ge=0, le=65535)
+    ssl: ServerSslConfig = Field(default_factory=ServerSslConfig)
 
     @field_validator("host")
     @classmethod
@@ -352,13 +520,22 @@ class ServerConfig(ConfigModel):
 class TlsConfig(ConfigModel):
     """TLS settings of the hub connection."""
 
-    ignored_keys = frozenset({"clientKeyPassword"})
-
     server_name: StrictStr = ""
     insecure_skip_verify: StrictBool = False
     client_cert_file: Path | None = None
     client_key_file: Path | None = None
+    # The password of an encrypted client key (Armory's name; `clientKeyPassword` is accepted too).
+    client_key_file_password: SecretStr = Field(
+        SecretStr(""),
+        alias="clientKeyFilePassword",
+        validation_alias=AliasChoices("clientKeyFilePassword", "clientKeyPassword"),
+    )
     cacert_file: Path | None = None
+
+    @field_validator("client_key_file_password", mode="before")
+    @classmethod
+    def _password(cls, value: Any) -> Any:
+        return secret_text(value)
 
     @field_validator("client_cert_file", "client_key_file", "cacert_file", mode="before")
     @classmethod
@@ -384,12 +561,43 @@ class TlsConfig(ConfigModel):
         return {k: v for k, v in named.items() if v is not None}
 
 
+class TokenCommandConfig(ConfigModel):
+    """`clouddriver.auth.tokenCommand`: a program whose output is the hub token, run before each
+    connection and again every `refreshIntervalSeconds` (0: only when connecting). `format` raw:
+    the output is the token; json (or empty, Armory's default): the output is `{"token": "..."}`."""
+
+    command: StrictStr = ""
+    args: tuple[StrictStr, ...] = ()
+    format: Literal["", "raw", "json"] = ""
+    refresh_interval_seconds: StrictInt = Field(0, ge=0, le=86400)
+    timeout_seconds: StrictFloat = Field(30.0, gt=0, le=600)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        if value is None or value == []:  # Armory's CSV shows the default as []
+            return ""
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, value: Any) -> Any:
+        return () if value is None else value
+
+
 class AuthConfig(ConfigModel):
     """Credentials sent to the hub."""
 
-    ignored_keys = frozenset({"tokenCommand"})
-
     token: SecretStr = SecretStr("")
+    token_command: TokenCommandConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AuthConfig:
+        if self.token_command is not None and self.token_command.command and self.token.get_secret_value():
+            raise invalid("cannot be combined with auth.token: give a token or a command, not both", "tokenCommand")
+        if self.token_command is not None and not self.token_command.command:
+            raise invalid("required: the program to run for the token", "tokenCommand", "command")
+        return self
 
     @field_validator("token", mode="before")
     @classmethod
@@ -411,10 +619,34 @@ class AuthConfig(ConfigModel):
         return SecretStr(token)
 
 
+class BackoffConfig(ConfigModel):
+    """`clouddriver.backoff`: the wait before reconnecting to the hub after every address failed,
+    in nanoseconds as in Armory (gRPC's connection backoff): `baseDelay` times `multiplier` per
+    failure, up to `maxDelay`, each randomised by +/- `jitter`. Our defaults (0.5 s, 2, 0.2, 30 s)
+    reconnect sooner than Armory's (1 s, 1.6, 0.2, 120 s)."""
+
+    base_delay: StrictInt = Field(500_000_000, ge=1_000_000, le=3_600_000_000_000)
+    multiplier: StrictFloat | StrictInt = Field(2.0, ge=1.0, le=10.0)
+    jitter: StrictFloat | StrictInt = Field(0.2, ge=0.0, le=1.0)
+    max_delay: StrictInt = Field(30_000_000_000, ge=1_000_000, le=3_600_000_000_000)
+
+    @model_validator(mode="after")
+    def _order(self) -> BackoffConfig:
+        if self.max_delay < self.base_delay:
+            raise invalid(f"{self.max_delay} ns is less than baseDelay ({self.base_delay} ns)", "maxDelay")
+        return self
+
+
 class ClouddriverConfig(ConfigModel):
     """The connection to the hub."""
 
-    ignored_keys = frozenset({"keepAliveOperationSeconds", "noProxy", "backoff"})
+    section = "clouddriver"
+    ignored_reasons = {
+        "responseRetries": "a result is written on the stream its operation came on; when that stream "
+        "breaks, the hub has already failed the operation (503, 'disconnected before answering') and takes "
+        "no result from another connection, so there is nothing to retry. The agent remembers each result "
+        "by operation id: the same operation sent again gets it without running twice",
+    }
 
     # One address or several (hub replicas, tried in order): a YAML list, or one string with
     # commas so that the environment can set it. Kept as that string, normalised ('a:1,b:1');
@@ -425,6 +657,13 @@ class ClouddriverConfig(ConfigModel):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     keep_alive_heartbeat_seconds: StrictInt = Field(10, ge=0, le=3600)
     keep_alive_time_out_seconds: StrictInt = Field(10, ge=1, le=3600)
+    # Armory's reconnect after n quiet seconds on the operations stream; 0 (Armory's default) is
+    # what this agent does. A value above 0 is accepted with a warning: heartbeats and HTTP/2
+    # pings detect a dead link here, and a quiet stream is not a dead one.
+    keep_alive_operation_seconds: StrictInt = Field(0, ge=0, le=86400)
+    # Ignore HTTP(S)_PROXY and NO_PROXY for the hub connection (gRPC honours them otherwise).
+    no_proxy: StrictBool = False
+    backoff: BackoffConfig = Field(default_factory=BackoffConfig)
 
     @field_validator("grpc", mode="before")
     @classmethod
@@ -460,6 +699,16 @@ class ClouddriverConfig(ConfigModel):
         return ",".join(entries)
 
     @model_validator(mode="after")
+    def _quiet_operations(self) -> ClouddriverConfig:
+        if self.keep_alive_operation_seconds > 0:
+            log.warning(
+                "clouddriver.keepAliveOperationSeconds: %d: not used: the link is not restarted when no "
+                "operation arrives; heartbeats (keepAliveHeartbeatSeconds) detect a dead link instead",
+                self.keep_alive_operation_seconds,
+            )
+        return self
+
+    @model_validator(mode="after")
     def _plaintext(self) -> ClouddriverConfig:
         files = self.tls.files
         if self.insecure and files:
@@ -484,12 +733,112 @@ class ClouddriverConfig(ConfigModel):
         return split_host_port(self.targets[0])[1]
 
 
+LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
+# Armory's (logrus) level names, any case, and Python's.
+_LEVELS = {
+    "panic": "CRITICAL",
+    "fatal": "CRITICAL",
+    "critical": "CRITICAL",
+    "error": "ERROR",
+    "warn": "WARNING",
+    "warning": "WARNING",
+    "info": "INFO",
+    "debug": "DEBUG",
+    "trace": "DEBUG",
+}
+
+
+class LoggingConfig(ConfigModel):
+    """`logging`: where log lines go and in which form. `file` with `multiWrite` logs to the file and
+    to standard error; `maxSizeMb` and `maxBackups` rotate the file; `fields` are added to every
+    line (JSON lines carry them as keys, text lines at the end)."""
+
+    section = "logging"
+    ignored_reasons = {
+        "maxAgeDays": "rotated files are kept by count (maxBackups), not by age",
+        "compress": "rotated files are not compressed",
+    }
+
+    level: LogLevel | None = None
+    format: Literal["text", "json"] = "text"
+    file: Path | None = None
+    multi_write: StrictBool = False
+    max_size_mb: StrictInt = Field(1, ge=0, le=100_000)
+    max_backups: StrictInt = Field(10, ge=0, le=10_000)
+    local_time: StrictBool = True
+    fields: dict[StrictStr, StrictStr | StrictInt | StrictFloat | StrictBool] = Field(default_factory=dict)
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            level = _LEVELS.get(value.strip().lower())
+            if level is None:
+                raise invalid(f"{value!r} is not a log level: expected panic, fatal, error, warn, info, debug or trace")
+            return level
+        return value
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("file", mode="before")
+    @classmethod
+    def _file(cls, value: Any, info: ValidationInfo) -> Path | None:
+        if value in ("", "stdout"):
+            return None
+        return to_path(value, info)
+
+
+class PrometheusConfig(ConfigModel):
+    """`prometheus`: a second listener for the metrics alone, at /metrics and /prometheus_metrics
+    (Armory's port 8008). On `host` (default: `server.host`, so loopback unless configured)."""
+
+    enabled: StrictBool = False
+    port: StrictInt = Field(8008, ge=0, le=65535)
+    host: StrictStr | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        if value is not None and not is_host(value):
+            raise invalid(f"{value!r} is not a host name or IP address (give the port separately)")
+        return value
+
+
 class AgentConfig(ConfigModel):
     """The whole agent configuration."""
 
+    ignored_reasons = {
+        "pprof": "Go's profiler; a Python agent has none (use py-spy on the process instead)",
+        "timeoutSeconds": "operations end at the deadline the hub sends with each (timeoutMs)",
+        "dynamicAccounts": "a setting of the hub (Armory's plugin): set it in the hub's configuration; "
+        "the agent's own switch is dynamicAccountsEnabled",
+        "secrets": "no secret engine is enabled in it (secrets.vault.enabled is not true)",
+    }
+
+    @classmethod
+    def refusal(cls, key: str, value: Any) -> str | None:
+        """`secrets` with Vault enabled is refused: the file's `encrypted:vault!...` references
+        would be used as they are. A disabled Vault section is only ignored."""
+        if key == "secrets":
+            vault = value.get("vault") if isinstance(value, dict) else None
+            if isinstance(vault, dict) and vault.get("enabled") is True:
+                return (
+                    "vault.enabled is true: secret references (encrypted:vault!...) are not resolved "
+                    "by Scale Agent; put the values in the file or in SCALE_AGENT_* environment variables "
+                    "from a Kubernetes Secret"
+                )
+        return super().refusal(key, value)
+
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    # Default: the host name (the pod name in Kubernetes), as Armory's.
     agent_id: StrictStr | None = Field(None, max_length=253)
+    # Unset: computed (see service.default_zone_id); "" says "no zone" explicitly.
     zone_id: StrictStr | None = None
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig)
     dynamic_accounts_enabled: StrictBool = True
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     operations: OperationsConfig = Field(default_factory=OperationsConfig)
@@ -497,7 +846,7 @@ class AgentConfig(ConfigModel):
     clouddriver: ClouddriverConfig = Field(default_factory=ClouddriverConfig)
     reload: ReloadConfig = Field(default_factory=ReloadConfig)
 
-    @field_validator("zone_id", "agent_id", mode="before")
+    @field_validator("agent_id", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value

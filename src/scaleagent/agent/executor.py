@@ -137,6 +137,9 @@ class OperationMemory:
             self._timer = None
 
 
+RECENT_OPERATIONS = 100  # ended operations kept for GET /operations
+
+
 class OperationExecutor:
     def __init__(self, accounts: AccountManager, max_concurrent: int = DEFAULT_MAX_CONCURRENT) -> None:
         self.accounts = accounts
@@ -151,6 +154,17 @@ class OperationExecutor:
         self.max_result_bytes = MAX_RESULT_BYTES
         self.memory = OperationMemory()
         self._detached: set[asyncio.Task[pb.OperationResult]] = set()  # runs that outlive their stream
+        # For GET /operations: what runs now, and the last RECENT_OPERATIONS that ended (no bodies).
+        self.in_flight: dict[int, dict[str, Any]] = {}
+        self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_OPERATIONS)
+
+    def operations(self) -> dict[str, Any]:
+        """`GET /operations`: the operations running now, and those that ended lately (newest
+        first): id, type, account, start and end (epoch seconds), status. Never a body."""
+        return {
+            "inFlight": sorted(self.in_flight.values(), key=lambda o: o["startedAt"]),
+            "recent": list(reversed(self.recent)),
+        }
 
     def health(self) -> dict[str, Any]:
         return {
@@ -240,12 +254,26 @@ class OperationExecutor:
         return (await self._run_counted_started(op))[0]
 
     async def _run_counted_started(self, op: pb.Operation) -> tuple[pb.OperationResult, bool]:
+        record: dict[str, Any] = {"id": op.id, "type": op.type, "account": op.account, "startedAt": time.time()}
+        key = id(record)
+        self.in_flight[key] = record
         try:
-            result, started = await self._execute(op)
-        except Exception as e:
-            log.exception("operation %s (%s on %s) failed unexpectedly", op.id, op.type, op.account)
-            result = _failure(op.id, 500, "InternalError", f"the agent failed unexpectedly: {type(e).__name__}: {e}")
-            started = True
+            try:
+                result, started = await self._execute(op)
+            except Exception as e:
+                log.exception("operation %s (%s on %s) failed unexpectedly", op.id, op.type, op.account)
+                result = _failure(
+                    op.id, 500, "InternalError", f"the agent failed unexpectedly: {type(e).__name__}: {e}"
+                )
+                started = True
+        except BaseException:
+            self.recent.append({**record, "endedAt": time.time(), "ok": False, "status": "cancelled"})
+            raise
+        finally:
+            self.in_flight.pop(key, None)
+        self.recent.append(
+            {**record, "endedAt": time.time(), "ok": result.ok, "status": "succeeded" if result.ok else "failed"}
+        )
         if result.ok:
             self.succeeded += 1
         else:

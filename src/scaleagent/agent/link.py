@@ -17,6 +17,9 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
+import random
+import re
 import socket
 import ssl
 import time
@@ -31,9 +34,9 @@ from google.protobuf.json_format import MessageToDict
 
 from .. import __version__
 from ..kube.events import ObjectEvent
-from ..kube.reflector import Backoff
 from ..protocol import EVENT_TYPES, PROTOCOL_VERSION, pb, pb_grpc
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest
+from .token import TokenCommand, TokenCommandError
 
 log = logging.getLogger("scaleagent.agent.link")
 
@@ -81,6 +84,14 @@ class LinkSettings:
     client_key_file: Path | None = None
     cacert_file: Path | None = None
     token: str = field(default="", repr=False)
+    token_command: TokenCommand | None = None  # a program giving the token (clouddriver.auth.tokenCommand)
+    client_key_password: str = field(default="", repr=False)  # of an encrypted client key
+    no_proxy: bool = False  # ignore HTTP(S)_PROXY for the hub connection
+    # Reconnect backoff (clouddriver.backoff), in seconds.
+    backoff_base: float = 0.5
+    backoff_multiplier: float = 2.0
+    backoff_jitter: float = 0.2
+    backoff_max: float = 30.0
     keep_alive_seconds: int = 10  # heartbeats (and HTTP/2 pings) to the hub; 0: none
     keep_alive_timeout_seconds: int = 10  # silence after a heartbeat that ends the link
     agent_id: str = ""
@@ -105,6 +116,23 @@ class LinkError(Exception):
     """The hub refused this agent or answered something that is not the protocol."""
 
 
+class LinkBackoff:
+    """gRPC's connection backoff, as Armory's `clouddriver.backoff` sets it: `base` times
+    `multiplier` per failed round, at most `maximum`, randomised by +/- `jitter` of itself."""
+
+    def __init__(self, base: float, multiplier: float, jitter: float, maximum: float) -> None:
+        self.base, self.multiplier, self.jitter, self.maximum = base, multiplier, jitter, maximum
+        self.attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.maximum, self.base * (self.multiplier**self.attempt))
+        self.attempt += 1
+        return max(0.0, delay * (1 + self.jitter * random.uniform(-1, 1)))
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
 class HubLink:
     """Connects, says Hello, streams batches, and starts over when anything breaks: at the next of
     the hub's addresses at once, with backoff only after every address failed in a row."""
@@ -118,8 +146,10 @@ class HubLink:
         self.session_id = ""
         self.connected_since = 0.0
         self.connects = 0
+        self.disconnects = 0  # sessions that ended (Armory's kubesvc_disconnection_total)
         self.batches_acked = 0
         self.events_sent = 0
+        self.event_bytes_sent = 0  # bytes of event messages written (kubesvc_events_bytes_sent_total)
         self.dropped_oversize = 0
         self._epoch = 0
         self._connected = asyncio.Event()
@@ -204,7 +234,8 @@ class HubLink:
         return doc
 
     async def _run(self) -> None:
-        backoff = Backoff(initial=0.5, maximum=30.0)
+        s = self.settings
+        backoff = LinkBackoff(s.backoff_base, s.backoff_multiplier, s.backoff_jitter, s.backoff_max)
         targets = self.settings.targets
         index = 0
         tried = 0  # attempts since the last pause; a round is one attempt at each address
@@ -216,9 +247,11 @@ class HubLink:
                 await self._session(target, backoff)
             except asyncio.CancelledError:
                 raise
-            except LinkError as e:
+            except (LinkError, TokenCommandError) as e:
                 self._down(str(e))
             except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNAUTHENTICATED and self.settings.token_command is not None:
+                    self.settings.token_command.invalidate()  # the next attempt runs the program again
                 self._down(_rpc_reason(e))
             except asyncio.InvalidStateError:  # a write after the call ended: the stream is gone
                 self._down("the stream to the hub ended")
@@ -236,22 +269,25 @@ class HubLink:
                 await asyncio.sleep(backoff.next())
 
     def _down(self, reason: str) -> None:
+        if self.state == "connected":
+            self.disconnects += 1
         if self._connected.is_set() or self.state != "disconnected" or reason != self.reason:
             log.warning("hub link to %s: %s", self.settings.target, reason)
         self._connected.clear()
         self._epoch += 1
         self.state, self.reason, self.session_id, self.connected_since = "disconnected", reason, "", 0.0
 
-    async def _session(self, target: str, backoff: Backoff) -> None:
+    async def _session(self, target: str, backoff: LinkBackoff) -> None:
         assert self.accounts is not None
         s = self.settings
+        token = await s.token_command.token() if s.token_command is not None else s.token
         presented = None
         if s.insecure_skip_verify and not s.insecure:
             presented = await asyncio.to_thread(_presented_certificate, target)
         channel = _channel(s, target, presented)
         try:
             stub = pb_grpc.AgentLinkStub(channel)
-            metadata = (("authorization", f"Bearer {s.token}"),) if s.token else ()
+            metadata = (("authorization", f"Bearer {token}"),) if token else ()
             caching = stub.Caching(metadata=metadata)
             self._described.clear()
             self._control.clear()  # answers to requests of a former connection: that hub session is gone
@@ -312,6 +348,8 @@ class HubLink:
             ]
             if w.heartbeats and s.keep_alive_seconds > 0:
                 tasks.append(asyncio.create_task(self._heartbeats(), name="hub link heartbeats"))
+            if s.token_command is not None and s.token_command.refresh_interval > 0:
+                tasks.append(asyncio.create_task(self._refresh_token(), name="hub link token refresh"))
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 failures = [f for f in (t.exception() for t in done) if f is not None]
@@ -327,6 +365,19 @@ class HubLink:
                 await asyncio.wait(tasks)
         finally:
             await channel.close(grace=None)
+
+    async def _refresh_token(self) -> None:
+        """Run the token program every refresh interval, so that the next connection has a fresh
+        token at hand; a failure is logged (without output) and tried again at the next interval.
+        The running session keeps the token it was accepted with: the hub checks it on connecting."""
+        command = self.settings.token_command
+        assert command is not None
+        while True:
+            await asyncio.sleep(command.refresh_interval)
+            try:
+                await command.token()
+            except TokenCommandError as e:
+                log.warning("hub link: %s", e)
 
     def _drain_stale(self) -> None:
         while not self._queue.empty():
@@ -369,8 +420,10 @@ class HubLink:
             for chunk in self._split(batch):
                 await window.acquire()
                 sequence += 1
-                await call.write(pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk)))
+                message = pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk))
+                await call.write(message)
                 self.events_sent += len(chunk)
+                self.event_bytes_sent += message.ByteSize()
             self._written = self._taken
             await self._flush_descriptions(call)  # and those that waited for this batch
 
@@ -568,6 +621,8 @@ def _channel(s: LinkSettings, target: str, presented: tuple[bytes, str] | None) 
         # One connection, never a pool: the hub sees this agent as one session.
         ("grpc.use_local_subchannel_pool", 1),
     ]
+    if s.no_proxy:
+        options.append(("grpc.enable_http_proxy", 0))
     if s.keep_alive_seconds > 0:
         options += [
             ("grpc.keepalive_time_ms", s.keep_alive_seconds * 1000),
@@ -584,8 +639,11 @@ def _channel(s: LinkSettings, target: str, presented: tuple[bytes, str] | None) 
         options.append(("grpc.ssl_target_name_override", s.server_name or name))
     elif s.server_name:
         options.append(("grpc.ssl_target_name_override", s.server_name))
+    key = _read(s.client_key_file)
+    if key is not None and s.client_key_password:
+        key = decrypt_key(key, s.client_key_password, s.client_key_file)
     creds = grpc.ssl_channel_credentials(
-        root_certificates=roots, private_key=_read(s.client_key_file), certificate_chain=_read(s.client_cert_file)
+        root_certificates=roots, private_key=key, certificate_chain=_read(s.client_cert_file)
     )
     return grpc.aio.secure_channel(target, creds, options=options)
 
@@ -607,6 +665,40 @@ def _presented_certificate(target: str) -> tuple[bytes, str]:
     return pem.encode(), name
 
 
+def decrypt_key(pem: bytes, password: str, path: Path | None = None) -> bytes:
+    """An encrypted PEM private key (`clouddriver.tls.clientKeyFilePassword`) as an unencrypted
+    PEM, in memory only: gRPC takes no password. Raises ValueError naming the file, not the key."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(pem, password=password.encode())
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"clouddriver.tls.clientKeyFile {path}: cannot be decrypted with clientKeyFilePassword ({e})"
+        ) from None
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
 def default_agent_id() -> str:
     """The host name: in Kubernetes the pod name, stable enough to recognise a restarted agent."""
     return socket.gethostname()
+
+
+# A pod of a Deployment is named <deployment>-<replicaset hash>-<5 characters>.
+_POD_SUFFIXES = re.compile(r"^(?P<deployment>.+)-[a-z0-9]{1,10}-[a-z0-9]{5}$")
+
+
+def default_zone_id(hostname: str | None = None, namespace: str | None = None) -> str:
+    """Armory's default zone: `<deployment>_<namespace>` in a pod (the deployment is the pod name
+    without its two generated suffixes, the namespace the service account's); "" (no zone)
+    elsewhere, so that an agent outside Kubernetes serves the accounts that name no zone."""
+    from ..kube.credentials import service_account_namespace
+
+    name = hostname if hostname is not None else os.environ.get("HOSTNAME") or socket.gethostname()
+    ns = namespace if namespace is not None else service_account_namespace()
+    if not ns:
+        return ""
+    m = _POD_SUFFIXES.match(name)
+    return f"{m['deployment'] if m else name}_{ns}"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,8 +24,40 @@ import orjson
 from .credentials import Credentials
 from .errors import APIError, ConnectionFailed, CredentialsError
 
+log = logging.getLogger("scaleagent.kube.client")
+
 JSON = "application/json"
 USER_AGENT = "scale-agent/0.1"
+
+
+class _Counts:
+    """Requests sent to Kubernetes API servers by this process (every client), for metrics."""
+
+    requests = 0
+
+
+COUNTS = _Counts()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Armory's `kubernetes.retries`: a request that fails with an error whose text contains one
+    of `retryable_errors` (or any error, with `retry_any_error`) is sent again, up to
+    `max_retries` more times, `backoff` seconds apart. POSTs are never sent again: a create that
+    timed out may have been made."""
+
+    max_retries: int = 3
+    backoff: float = 3.0
+    retry_any_error: bool = False
+    retryable_errors: tuple[str, ...] = ("timeout", "deadline exceeded")
+
+    def retries(self, method: str, error: Exception) -> bool:
+        if method == "POST":
+            return False
+        if self.retry_any_error:
+            return True
+        text = f"{type(error).__name__}: {error}".lower()
+        return any(s.lower() in text for s in self.retryable_errors)
 
 
 def describe_connection_error(server: str, e: BaseException) -> str:
@@ -37,7 +71,7 @@ def describe_connection_error(server: str, e: BaseException) -> str:
     if isinstance(e, aiohttp.ClientConnectorError):
         return f"cannot connect to {server}: {e.os_error.strerror or e.os_error or type(e.os_error).__name__}"
     if isinstance(e, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
-        return f"{server} did not answer in time"
+        return f"{server} did not answer in time (timeout)"
     if isinstance(e, aiohttp.ClientPayloadError):
         return f"the connection to {server} broke during a response: {e}"
     if isinstance(e, aiohttp.ServerDisconnectedError):
@@ -52,6 +86,7 @@ class KubeClient:
         self.credentials = credentials
         self.server = credentials.server
         self._timeout = timeout
+        self.retry: RetryPolicy | None = None  # see RetryPolicy; None: no retries but the 401 one
         # Two pools. A connection's TLS read buffer (256 KB under uvloop) is touched as deep as the
         # largest read it served, and stays resident while the connection lives. Bulk bodies (LIST
         # pages) therefore travel on connections that close afterwards, so the long-lived ones that
@@ -108,6 +143,7 @@ class KubeClient:
         """
         session = self._bulk if bulk else self._session
         for attempt in (1, 2):
+            COUNTS.requests += 1
             try:
                 headers = await self._headers(accept, content_type)
             except CredentialsError as e:
@@ -150,8 +186,30 @@ class KubeClient:
         content_type: str | None = None,
         bulk: bool = False,
     ) -> Any:
-        """One JSON request, answered with the decoded JSON body."""
+        """One JSON request, answered with the decoded JSON body; sent again as `retry` says."""
         data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
+        retry = self.retry
+        attempt = 0
+        while True:
+            try:
+                return await self._request_once(method, path, params, data, accept, content_type, bulk)
+            except (ConnectionFailed, APIError) as e:
+                if retry is None or attempt >= retry.max_retries or not retry.retries(method, e):
+                    raise
+                attempt += 1
+                log.info("%s %s failed (%s): retry %d of %d", method, path, e, attempt, retry.max_retries)
+                await asyncio.sleep(retry.backoff)
+
+    async def _request_once(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        data: Any,
+        accept: str | None,
+        content_type: str | None,
+        bulk: bool,
+    ) -> Any:
         async with self.stream(
             method,
             path,

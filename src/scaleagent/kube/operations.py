@@ -91,6 +91,31 @@ def bad_request(message: str) -> OperationFailed:
     return OperationFailed(400, "BadRequest", message)
 
 
+# Armory's per-object switches. Scale Agent always deploys by server-side apply, never clears
+# managedFields and never adds defaults: an object that asks otherwise is refused, not deployed
+# differently from what its author asked. Armory's notes spell the values enabled/disabled and
+# true/false; both are understood.
+SSA_ANNOTATION = "agent-k8s.armory.io/serverside-apply"
+SSA_CLEAR_ANNOTATION = "agent-k8s.armory.io/ssa-clear-managed-fields"
+SSA_DEFAULTS_ANNOTATION = "agent-k8s.armory.io/ssa-manifest-defaults"
+_ON, _OFF = ("enabled", "true"), ("disabled", "false")
+
+
+def armory_annotation_problem(index: int, manifest: dict[str, Any]) -> str | None:
+    """Why a manifest's Armory annotations cannot be honoured, or None."""
+    annotations = (manifest.get("metadata") or {}).get("annotations") or {}
+    what = f"manifest {index + 1} ({manifest.get('kind')} {(manifest.get('metadata') or {}).get('name')})"
+    for key, refused, why in (
+        (SSA_ANNOTATION, _OFF, "client-side apply is not implemented (Scale Agent deploys by server-side apply)"),
+        (SSA_CLEAR_ANNOTATION, _ON, "Scale Agent does not clear managedFields (it applies with force instead)"),
+        (SSA_DEFAULTS_ANNOTATION, _ON, "Scale Agent adds no field defaults to manifests"),
+    ):
+        value = annotations.get(key)
+        if isinstance(value, str) and value.strip().lower() in refused:
+            return f"{what}: annotation {key}: {value!r}: {why}; remove the annotation"
+    return None
+
+
 # The reason Kubernetes gives each status code, for answers that came without one.
 STATUS_REASONS = {
     400: "BadRequest",
@@ -303,6 +328,9 @@ class ClusterOperations:
         if dry_run:
             out.output["dryRun"] = True
         checked = [self._check_manifest(i, m) for i, m in enumerate(manifests)]
+        refused = [p for i, m in enumerate(checked) if (p := armory_annotation_problem(i, m))]
+        if refused:
+            raise bad_request("nothing was applied: " + "; ".join(refused))
         # Every manifest is resolved before any is applied: a kind the cluster does not serve
         # fails the deploy with nothing applied, unless a CRD of this same deploy defines it.
         defined = {

@@ -98,6 +98,7 @@ class Reflector:
         watch_timeout: tuple[int, int] = (300, 600),
         before_resume: Check | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        reconnect_delay: float | None = None,
     ) -> None:
         self.client, self.kind, self.handler = client, kind, handler
         self.account, self.namespace = account, namespace
@@ -120,6 +121,9 @@ class Reflector:
         self.resumes = 0
         self.failures = 0  # consecutive: how long this watch has been unable to make progress
         self._stream_started: float | None = None
+        # The first wait before a failed list or watch is tried again (then doubling); None: 0.8 s.
+        self.reconnect_delay = reconnect_delay
+        self.last_event_at = 0.0  # epoch seconds of the newest change delivered by the watch (0: none yet)
         self._resumed_from: int | None = None
 
     @property
@@ -128,7 +132,11 @@ class Reflector:
 
     async def run(self) -> None:
         """List and watch until cancelled; raises Forbidden when the identity may not read the kind."""
-        backoff = Backoff()
+        backoff = (
+            Backoff()
+            if self.reconnect_delay is None
+            else Backoff(initial=self.reconnect_delay, maximum=max(30.0, self.reconnect_delay))
+        )
         last_list = -1e9
         loop = asyncio.get_running_loop()
         while True:
@@ -303,6 +311,7 @@ class Reflector:
                 if events:
                     await self.handler(events)
                     delivered += len(events)
+                    self.last_event_at = time.time()
                 if rv:
                     self.resource_version = rv
                 if error is not None:
