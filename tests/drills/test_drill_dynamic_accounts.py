@@ -151,7 +151,8 @@ class Load:
                     self.model.lost.append(f"{call.method} {name}: 404 though its user kept it")
                 self.model.possible[name] = {"GONE"}
             elif call.status >= 500 or call.status == 0:
-                self.model.possible[name] = possible | {outcome}
+                # A DELETE refused half-way leaves the account DELETE_FAILED (docs/accounts.md).
+                self.model.possible[name] = possible | {outcome} | ({"DELETE_FAILED"} if outcome == "GONE" else set())
             # 409 on PATCH: the lifecycle refused it (a migration in progress); nothing changed.
 
     def _call(self, method: str, path: str, body: object, name: str) -> Call:

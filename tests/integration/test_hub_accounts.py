@@ -546,7 +546,7 @@ async def test_list_filters(hub: AccountsHub) -> None:
     assert (status, body["error"]) == (
         400,
         "state: 'RUNNING' is not an account state; use INACTIVE, ACTIVE, FAILED, "
-        "ORPHANED, TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING",
+        "ORPHANED, TO_MIGRATE, ACTIVATING, TO_DEACTIVATE, DEACTIVATING, DELETING, DELETE_FAILED",
     )
     status, body = await hub.call("GET", "/agents/kubernetes/accounts/file-account")
     assert (status, body["error"]) == (
@@ -581,7 +581,9 @@ def test_the_api_documents_its_bodies() -> None:
         "/armory/accounts",
         "/armory/accounts/{accountName}",
         "/agents/kubernetes/accounts/{accountName}",
+        "/armory/accounts/dynamic",
     }
+    assert set(doc["paths"]["/armory/accounts/dynamic"]) == {"post", "put"}
 
 
 # --- the command line ---------------------------------------------------------------------------

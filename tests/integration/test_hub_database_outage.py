@@ -1,7 +1,8 @@
 """The hub's database goes away for a few seconds at the moment an account becomes ACTIVE: the
 write is tried again until the database answers, so the account does not stay ACTIVATING (it
 did, for good, until the hub restarted). In the middle of a DELETE, the account the database
-kept is followed again (it stayed ACTIVE with no agent); in the middle of a deactivation, the
+kept is DELETE_FAILED (it stayed ACTIVE with no agent), and a DELETE again removes it; in the
+middle of a deactivation, the
 account ends INACTIVE once the database is back. And a write the registry queued before a DELETE
 does not recreate the deleted row (found by tests/drills/test_drill_dynamic_accounts.py)."""
 
@@ -154,7 +155,11 @@ def test_a_deleted_account_is_not_recreated_by_a_write_queued_before_its_delete(
     """The registry records what agents say in the background, in order. A write queued for an
     account (its agent stopped following it) that ran after the account's DELETE recreated its
     row, as if an agent's own file named it: the name was taken for good (POST 409, DELETE 404).
-    The drill under dynamic-account churn met it once in seven runs."""
+    The drill under dynamic-account churn met it once in seven runs.
+
+    The DELETE marks the row DELETING first, so the lock is taken once it has (the agent frozen
+    meanwhile, so that it lets the account go only once the lock is held)."""
+    import signal
     from concurrent.futures import ThreadPoolExecutor
 
     db_url, db = database
@@ -173,11 +178,17 @@ def test_a_deleted_account_is_not_recreated_by_a_write_queued_before_its_delete(
             what="both ACTIVE",
         )
 
-        lock = RowLock(direct, "blocker")
         with ThreadPoolExecutor(1) as pool:
+            agent.proc.send_signal(signal.SIGSTOP)  # it answers DeleteAccounts once let go
+            try:
+                deleting = pool.submit(hub_request, hub, "DELETE", "/armory/accounts/blocker", None)
+                hub.wait_log(r"asking agent \S+ to delete account\(s\) blocker", what="DeleteAccounts sent")
+                assert hub.json("/armory/accounts/blocker")["state"] == "DELETING"
+                lock = RowLock(direct, "blocker")
+            finally:
+                agent.proc.send_signal(signal.SIGCONT)
             # The registry's write for 'blocker' (its agent stopped following it) waits on the
             # lock, and so does the deletion of its row...
-            deleting = pool.submit(hub_request, hub, "DELETE", "/armory/accounts/blocker", None)
             hub.wait_until(
                 "/api/v1/accounts",
                 lambda d: "blocker" not in {a["name"] for a in d},
@@ -200,10 +211,11 @@ def hub_patch(hub: HubProcess, body: list) -> int:
     return hub_request(hub, "PATCH", "/armory/accounts", body)
 
 
-def test_an_account_whose_delete_the_database_refused_is_still_followed(database, kubesim, tmp_path):
-    """DELETE tells the agents to stop, then deletes the rows. If the database goes away in
-    between, the answer is a 503 and the account stays, as it was: ACTIVE, so it must be followed
-    again once the database is back. It stayed ACTIVE with no agent and no objects, for good.
+def test_an_account_whose_delete_the_database_refused_is_delete_failed(database, kubesim, tmp_path):
+    """DELETE marks the accounts DELETING, tells the agents to stop, then deletes the rows. If the
+    database goes away in between, the answer is a 503 and the account, which no agent follows
+    any more, is DELETE_FAILED once the database is back (Armory's state for it; it used to stay
+    ACTIVE with no agent and no objects, for good); a DELETE again removes it.
 
     The agent is frozen (SIGSTOP) while the hub awaits its answer, so that the database can go
     away exactly between the two steps."""
@@ -238,15 +250,13 @@ def test_an_account_whose_delete_the_database_refused_is_still_followed(database
         if status == 200:  # the rows went first: the account is gone, and so are its objects
             hub.wait_until("/api/v1/accounts", lambda d: "kept" not in {a["name"] for a in d}, what="no objects")
             assert hub.get("/armory/accounts/kept")[0] == 404
-        else:  # refused: the account is as it was, ACTIVE and followed
+        else:  # refused: the account is DELETE_FAILED (now, or by the repair once the database is back)
             assert status == 503, status
             hub.wait_until(
-                "/api/v1/accounts/kept/objects?kind=Namespace",
-                lambda d: d["items"],
-                timeout=30,
-                what="the account followed again",
+                "/armory/accounts/kept", lambda d: d["state"] == "DELETE_FAILED", timeout=30, what="DELETE_FAILED"
             )
-            assert hub.json("/armory/accounts/kept")["state"] == "ACTIVE"
+            assert hub_request(hub, "DELETE", "/armory/accounts/kept", None) == 200
+            assert hub.get("/armory/accounts/kept")[0] == 404
     finally:
         agent.stop()
         hub.stop()

@@ -236,6 +236,8 @@ async def test_bad_fields_are_refused_by_name(store: Store) -> None:
         "ACTIVATING",
         "TO_DEACTIVATE",
         "DEACTIVATING",
+        "DELETING",
+        "DELETE_FAILED",
     }
 
 

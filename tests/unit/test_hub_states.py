@@ -21,8 +21,8 @@ S = AccountState
 
 def test_the_states_are_the_seeds_and_the_stores():
     assert [s.value for s in S] == list(STATES)
-    assert LASTING == {S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED}
-    assert TRANSIENT == {S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING}
+    assert LASTING == {S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED, S.DELETE_FAILED}
+    assert TRANSIENT == {S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING, S.DELETING}
 
 
 @pytest.mark.parametrize(
@@ -49,6 +49,9 @@ def test_the_states_are_the_seeds_and_the_stores():
         [S.FAILED, S.TO_DEACTIVATE, S.INACTIVE],
         # a deactivation an agent refuses is FAILED (and retried)
         [S.ACTIVE, S.TO_DEACTIVATE, S.DEACTIVATING, S.FAILED, S.TO_DEACTIVATE, S.DEACTIVATING, S.INACTIVE],
+        # a deletion from any state, failing half-way and asked again (Armory's DELETING, DELETE_FAILED)
+        [S.ACTIVE, S.DELETING],
+        [S.ACTIVATING, S.DELETING, S.DELETE_FAILED, S.DELETING],
     ],
 )
 def test_the_lifecycles_of_the_seeds_are_allowed(path):
@@ -64,6 +67,9 @@ def test_the_lifecycles_of_the_seeds_are_allowed(path):
         (S.INACTIVE, S.ACTIVE, "an account becomes ACTIVE through a migration (PATCH state ACTIVE), not directly"),
         (S.INACTIVE, S.ORPHANED, "from INACTIVE an account can only go to TO_MIGRATE"),
         (S.ACTIVE, S.INACTIVE, "from ACTIVE an account can only go to TO_MIGRATE, ORPHANED, TO_DEACTIVATE"),
+        (S.DELETING, S.DELETING, "a deletion is already in progress"),
+        (S.DELETING, S.ACTIVE, "a deletion is in progress; once it ends the account is gone"),
+        (S.DELETE_FAILED, S.TO_MIGRATE, "a deletion of it failed half-way: DELETE it again (nothing else moves it)"),
     ],
 )
 def test_an_illegal_transition_says_why(before, after, reason):

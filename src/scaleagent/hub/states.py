@@ -25,6 +25,15 @@ and an illegal request is refused with a reason the API returns as a 409.
                                      no agent accepts   │ retry              ▼
                                                         └──▶ TO_MIGRATE     ORPHANED ──watching──▶ ACTIVE
     ACTIVE/FAILED/ORPHANED/... ──PATCH INACTIVE──▶ TO_DEACTIVATE ──sent──▶ DEACTIVATING ──stopped──▶ INACTIVE
+    any state but DELETING ──DELETE──▶ DELETING ──agents stopped, row deleted──▶ (gone)
+                                          │ the database failed, or the hub restarted
+                                          ▼
+                                    DELETE_FAILED ──DELETE again──▶ DELETING
+
+DELETING and DELETE_FAILED are the two states Armory's plugin added for deletions (its swagger's
+`KubesvcAccount.status`): a deletion that stops half-way leaves the row visible as DELETE_FAILED
+instead of an account that looks ACTIVE while no agent follows it. Only a DELETE moves an account
+out of DELETE_FAILED.
 """
 
 from __future__ import annotations
@@ -66,6 +75,10 @@ class AccountState(StrEnum):
     """A deactivation was asked for; not yet sent to the agents."""
     DEACTIVATING = "DEACTIVATING"
     """DeleteAccounts was sent to the agents serving it; waiting for them to stop."""
+    DELETING = "DELETING"
+    """A DELETE is in progress: its agents are told to stop, then its row is deleted."""
+    DELETE_FAILED = "DELETE_FAILED"
+    """A DELETE stopped half-way (the database failed, or the hub restarted); DELETE it again."""
 
 
 S = AccountState
@@ -82,10 +95,10 @@ class Presence(StrEnum):
     """No agent came back within the grace period; its objects left the cache."""
 
 
-LASTING = frozenset({S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED})
+LASTING = frozenset({S.INACTIVE, S.ACTIVE, S.FAILED, S.ORPHANED, S.DELETE_FAILED})
 """States an account stays in until something happens to it."""
 
-TRANSIENT = frozenset({S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING})
+TRANSIENT = frozenset({S.TO_MIGRATE, S.ACTIVATING, S.TO_DEACTIVATE, S.DEACTIVATING, S.DELETING})
 """States of a request in progress; an account's settings cannot change while in one."""
 
 ACTIVATION_STATES = frozenset({S.TO_MIGRATE, S.ACTIVATING})
@@ -116,6 +129,9 @@ TRANSITIONS: dict[tuple[AccountState, AccountState], str] = {
     (S.TO_DEACTIVATE, S.FAILED): "the deactivation could not be carried out (the hub restarted first)",
     (S.DEACTIVATING, S.INACTIVE): "the agents stopped following it",
     (S.DEACTIVATING, S.FAILED): "an agent did not stop following it",
+    # deletion, asked by DELETE: from any state but DELETING itself
+    **{(state, S.DELETING): "deletion requested" for state in S if state != S.DELETING},
+    (S.DELETING, S.DELETE_FAILED): "the deletion stopped half-way (the database failed, or the hub restarted)",
 }
 """Every allowed (from, to) pair, with what causes it. Nothing else is allowed."""
 
@@ -135,6 +151,17 @@ _WHY_NOT: dict[tuple[AccountState, AccountState], str] = {
     (S.TO_DEACTIVATE, S.TO_MIGRATE): "a deactivation is in progress; migrate it once it is INACTIVE",
     (S.DEACTIVATING, S.TO_MIGRATE): "a deactivation is in progress; migrate it once it is INACTIVE",
     (S.INACTIVE, S.ACTIVE): "an account becomes ACTIVE through a migration (PATCH state ACTIVE), not directly",
+    (S.DELETING, S.DELETING): "a deletion is already in progress",
+    **{
+        (S.DELETE_FAILED, state): "a deletion of it failed half-way: DELETE it again (nothing else moves it)"
+        for state in S
+        if state != S.DELETING
+    },
+    **{
+        (S.DELETING, state): "a deletion is in progress; once it ends the account is gone"
+        for state in S
+        if state not in (S.DELETING, S.DELETE_FAILED)
+    },
 }
 
 
@@ -173,7 +200,8 @@ def check_transition(name: str, from_state: str, to_state: str) -> None:
         return
     reason = _WHY_NOT.get(pair)
     if reason is None:
-        targets = allowed_from(pair[0])
+        # A DELETE is allowed from every state but DELETING: not worth naming in every refusal.
+        targets = [to for to in allowed_from(pair[0]) if to != S.DELETING]
         reason = (
             f"from {pair[0]} an account can only go to {', '.join(targets)}" if targets else f"{pair[0]} has no way out"
         )

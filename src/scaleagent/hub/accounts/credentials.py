@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..numbers import INT32_MAX, INT64_MAX
 from ..states import AccountState
-from ..store import CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
+from ..store import AccountRow, CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
 from .errors import Conflict, InvalidRequest, UnknownAccounts
 from .models import (
     SETTINGS,
@@ -320,6 +320,28 @@ def summary_view(row: CredentialsRow) -> dict[str, Any]:
     }
 
 
+_NOT_SERVED = frozenset({"INACTIVE", "DELETING", "DELETE_FAILED"})
+
+
+def _served_view(account: AccountRow, expand: bool) -> dict[str, Any]:
+    """An account with no stored definition, as `GET /credentials` lists it: the summary's
+    fields, or (expanded) its settings, where it comes from (`source`: agent, or api for a dynamic account) and its
+    lifecycle `state`. Never credentials: the properties of an account hold none."""
+    permissions = account.properties.get("permissions") or {}
+    if not expand:
+        return {
+            "name": account.name,
+            "type": KUBERNETES,
+            "cloudProvider": KUBERNETES,
+            "environment": account.name,
+            "accountType": account.name,
+            "requiredGroupMembership": [],
+            "permissions": permissions if isinstance(permissions, dict) else {},
+        }
+    settings = {k: v for k, v in account.properties.items() if k in SETTINGS}
+    return {"type": KUBERNETES, "name": account.name, **settings, "source": account.source, "state": account.state}
+
+
 class DefinitionNotFound(UnknownAccounts):
     """No definition (nor, when intercepting, dynamic account) by that name: a 404."""
 
@@ -465,6 +487,19 @@ class CredentialsService:
     ) -> list[CredentialsRow]:
         """Stored definitions ordered by name (see `Store.list_credentials`)."""
         return await self.store.list_credentials(type=type, start=start, limit=limit)
+
+    async def list_served(self, *, expand: bool) -> list[dict[str, Any]]:
+        """What `GET /credentials` lists: every stored definition, and every account the hub
+        serves without one (registered by an agent from its own file, or created through
+        /armory/accounts), so that Spinnaker tooling reading Clouddriver's list sees them all.
+        Accounts no agent is asked to follow (INACTIVE, DELETING, DELETE_FAILED) are left out."""
+        view = definition_view if expand else summary_view
+        listed = {row.name: view(row) for row in await self.store.list_credentials()}
+        for account in await self.store.list_accounts():
+            if account.name in listed or account.state in _NOT_SERVED:
+                continue
+            listed[account.name] = _served_view(account, expand)
+        return [listed[name] for name in sorted(listed)]
 
     # --- the scan ------------------------------------------------------------------------------
 

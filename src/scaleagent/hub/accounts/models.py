@@ -41,6 +41,7 @@ __all__ = [
     "account_view",
     "check_account_name",
     "check_settings",
+    "armory_definition",
     "parse_accounts",
     "parse_names",
 ]
@@ -324,6 +325,64 @@ def parse_accounts(body: Any, model: type[AccountIn] | type[AccountChange]) -> l
     return accounts
 
 
+ARMORY_IGNORED = frozenset(
+    {"insecure", "maxResumableResourceAgeMs", "metrics", "noProxy", "oAuthScopes", "onlySpinnakerManaged"}
+)
+"""Keys of an Armory account definition (its agent's `kubernetes.accounts[]`) the hub accepts in
+`/armory/accounts/dynamic` bodies and does not use: scripts written for Armory send them."""
+
+_KUBECONFIG_KEYS = ("kubeconfigFile", "kubeConfigFile", "kubeconfigContents", "kubeconfigAgent")
+
+
+def armory_definition(item: Any, label: str, *, replace: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """One account of Armory's `/armory/accounts/dynamic` (a JSON object: `name` plus one of
+    `kubeconfigContents`, `kubeconfigFile` or `serviceAccount`, `zoneId`, and any setting of an
+    agent's `kubernetes.accounts[]`) as the fields of AccountIn, with the problems only this
+    translation finds (the model finds the rest). Armory's spellings are read: `kubeConfigFile`
+    (its CSV's), `kubeconfigContents` (a Secret reference, as in Armory's example),
+    `kubeconfigAgent` (PUT: the kubeconfig the agent is sent; it wins over the others). With
+    `replace` (PUT), settings left out are cleared (null), as a full definition replaces one."""
+    if not isinstance(item, dict):
+        return {}, [f'{label}: expected an account object such as {{"name": "account-01"}}, got {_json_kind(item)}']
+    problems: list[str] = []
+    fields = {k: v for k, v in item.items() if k not in ARMORY_IGNORED and k not in _KUBECONFIG_KEYS}
+    kind = fields.pop("type", "kubernetes")
+    if kind != "kubernetes":
+        problems.append(f"{label}: type: only 'kubernetes' accounts are served, got {_json_kind(kind)}")
+    service_account = fields.pop("serviceAccount", None)
+    if service_account is not None and not isinstance(service_account, bool):
+        problems.append(f"{label}: serviceAccount: expected true or false, got {_json_kind(service_account)}")
+    given = {k: item[k] for k in _KUBECONFIG_KEYS if item.get(k) is not None}
+    for key in ("kubeconfigContents", "kubeconfigAgent"):
+        value = given.get(key)
+        if value is not None and (not isinstance(value, str) or not value.startswith(("encrypted:", "encryptedFile:"))):
+            problems.append(
+                f"{label}: {key}: expected a Kubernetes Secret reference "
+                "('encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>'): the hub does not take a kubeconfig's "
+                "content in a request; store it in a Secret and name it here"
+            )
+    chosen = given.get("kubeconfigAgent")
+    sources = {k: v for k, v in given.items() if k != "kubeconfigAgent"}
+    if len(set(map(str, sources.values()))) > 1:
+        problems.append(f"{label}: give one of {', '.join(sources)}, not several")
+    if chosen is None and sources:
+        chosen = next(iter(sources.values()))
+    if service_account is True and chosen is not None:
+        problems.append(
+            f"{label}: serviceAccount: true uses the agent's own service account: give no kubeconfig with it"
+        )
+    if chosen is not None:
+        fields["kubeconfigFile"] = chosen
+    elif service_account is True or replace and service_account is not None:
+        fields["kubeconfigFile"] = None
+    if service_account is False and chosen is None:
+        problems.append(f"{label}: serviceAccount: false needs kubeconfigFile or kubeconfigContents")
+    if replace:
+        for key in SETTINGS:
+            fields.setdefault(key, None)
+    return fields, problems
+
+
 def parse_names(body: Any) -> list[str]:
     """Validate a DELETE body: a JSON list of account names, each once."""
     if not isinstance(body, list) or not body:
@@ -356,8 +415,8 @@ class AccountView(BaseModel):
 
     name: str
     state: str = Field(
-        description="INACTIVE, ACTIVE, FAILED, ORPHANED, or in progress: TO_MIGRATE, ACTIVATING, "
-        "TO_DEACTIVATE, DEACTIVATING"
+        description="INACTIVE, ACTIVE, FAILED, ORPHANED, DELETE_FAILED, or in progress: TO_MIGRATE, "
+        "ACTIVATING, TO_DEACTIVATE, DEACTIVATING, DELETING"
     )
     zoneId: str | None = None
     kubeconfigFile: str | None = Field(None, description="The reference as given (never the content)")

@@ -144,7 +144,14 @@ class AccountsService:
         for row in rows:
             # With replicas, another replica may be carrying it out now: the periodic repair
             # (repair_stuck) settles the ones nobody is working on.
-            if row.state in TRANSIENT and self.offer is None:
+            if row.state == S.DELETING and self.offer is None:
+                await self._move(
+                    row.name,
+                    [S.DELETING],
+                    S.DELETE_FAILED,
+                    error_message="the hub restarted during the deletion; DELETE the account again",
+                )
+            elif row.state in TRANSIENT and self.offer is None:
                 what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"
                 await self._move(
                     row.name,
@@ -257,6 +264,13 @@ class AccountsService:
             try:
                 if target is not None:
                     check_transition(row.name, row.state, target)
+                elif changed and row.state == S.DELETE_FAILED:
+                    raise TransitionError(
+                        row.name,
+                        row.state,
+                        row.state,
+                        "a deletion of it failed half-way: DELETE it again (its settings cannot change)",
+                    )
                 elif changed and row.state in TRANSIENT:
                     raise TransitionError(
                         row.name,
@@ -336,7 +350,8 @@ class AccountsService:
         await self._own(names)
         warnings: list[str] = []
         async with self._locked(names):
-            await self._own(names)  # still there (a concurrent DELETE may have won)
+            rows = await self._own(names)  # still there (a concurrent DELETE may have won)
+            await self._mark_deleting(rows)
             targets = {name: self._sessions_following(name) for name in names}
             for name in names:
                 self._sent.pop(name, None)
@@ -346,13 +361,19 @@ class AccountsService:
                     warnings.append(f"account {name!r}: agent {agent} did not confirm it stopped: {reason}")
             try:
                 deleted = await self.store.delete_accounts(names)
-            except StoreError:
-                # Refused (a 503): the rows stay as they were, but their agents have stopped. An
-                # ACTIVE account would stay ACTIVE with no agent and no objects: follow it again
-                # once the database answers.
-                stopped = [name for name, sessions in targets.items() if sessions]
-                if stopped:
-                    self._handle(lambda: self._follow_again(stopped), f"account(s) {', '.join(stopped)} not deleted")
+            except StoreError as e:
+                # Refused (a 503): the rows stay, DELETING, and their agents have stopped. They
+                # become DELETE_FAILED (now if the database answers, else at the next repair or
+                # start), so the account does not look served; a DELETE again finishes the work.
+                for name in names:
+                    with contextlib.suppress(StoreError):
+                        await self._store_quietly(
+                            name,
+                            [S.DELETING],
+                            state=S.DELETE_FAILED,
+                            error_message=f"the database failed while deleting the account ({e}); DELETE it again",
+                        )
+                self._notify()
                 raise
         for name in deleted:
             # While an agent still describes it, the registry must keep treating it as managed.
@@ -371,6 +392,25 @@ class AccountsService:
         log.info("dynamic accounts deleted: %s", ", ".join(deleted))
         self._notify()
         return deleted, warnings
+
+    async def _mark_deleting(self, rows: Mapping[str, AccountRow]) -> None:
+        """Move every account to DELETING before anything is stopped, all or none: a DELETE
+        already in progress is a Conflict (409), and a deletion that stops half-way is then seen
+        (DELETE_FAILED) rather than an account that looks ACTIVE with no agent."""
+        transitions: list[TransitionError] = []
+        for row in rows.values():
+            try:
+                check_transition(row.name, row.state, S.DELETING)
+            except TransitionError as e:
+                transitions.append(e)
+        if transitions:
+            raise Conflict("; ".join(str(t) for t in transitions), transitions)
+        updates = {name: {"state": S.DELETING, "error_message": None} for name in rows}
+        try:
+            await self.store.update_accounts(updates, expect_states={n: [r.state] for n, r in rows.items()})
+        except StateConflict as e:
+            raise Conflict(f"{e} any more: it changed while the deletion was being checked; DELETE it again") from None
+        self._notify()
 
     # --- waiting (for tests and tools that must not poll blindly) -------------------------------
 
@@ -862,13 +902,6 @@ class AccountsService:
                     log.warning("account %s: agent %s did not take it back: %s", spec.name, session.agent_id, reason)
             return bool(taken)
 
-    async def _follow_again(self, names: list[str]) -> None:
-        """Send these accounts again (from their stored kubeconfig) to connected agents that may
-        take them: a DELETE stopped their agents but could not delete their rows. Accounts that
-        are not ACTIVE or ORPHANED are left to the repair and retries."""
-        for session in self._sessions(None):
-            await self._recover(session, only=names)
-
     def _wants(self, row: AccountRow, session: Session) -> bool:
         """Whether `session` should be sent `row` to recover it."""
         if row.desired_state != S.ACTIVE or row.name in self._sent:
@@ -919,6 +952,16 @@ class AccountsService:
                 await self._on_described(
                     watching[0], row.name, A.WATCHING, "", cluster=(record.api_host, record.fingerprint)
                 )
+            elif row.state == S.DELETING:
+                # No DELETE holds its lock: the replica carrying it out stopped half-way.
+                if await self._move(
+                    row.name,
+                    [S.DELETING],
+                    S.DELETE_FAILED,
+                    error_message="the deletion stopped half-way (its hub replica stopped or a database "
+                    "write failed); DELETE the account again",
+                ):
+                    log.warning("account %s: stuck DELETING; DELETE_FAILED", row.name)
             elif row.name not in self._sent or not self._sessions_following(row.name):
                 self._sent.pop(row.name, None)
                 what = "migration" if row.state in (S.TO_MIGRATE, S.ACTIVATING) else "deactivation"

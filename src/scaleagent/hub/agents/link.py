@@ -57,6 +57,11 @@ class LinkSilent(LinkRefused):
         super().__init__(grpc.StatusCode.UNAVAILABLE, reason)
 
 
+class LinkEnded(LinkSilent):
+    """The hub was asked to end the session (POST /armory/agent/{id}/disconnect): the agent is
+    told UNAVAILABLE, like a dead link, so it reconnects at once."""
+
+
 class AgentLinkService(pb_grpc.AgentLinkServicer):
     def __init__(
         self,
@@ -102,6 +107,8 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             )
             outbox: asyncio.Queue[pb.CachingControl] = asyncio.Queue()
             session.control = outbox.put_nowait
+            ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            session.end = lambda why: None if ended.done() else ended.set_result(why)
             await context.write(
                 pb.CachingControl(
                     welcome=pb.Welcome(
@@ -117,7 +124,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                 await self._account(session, account)
             sender = asyncio.create_task(_send_all(context, outbox))
             heard = _Heard()
-            tasks = [asyncio.create_task(self._receive(session, context, heard))]
+            tasks = [asyncio.create_task(self._receive(session, context, heard)), asyncio.create_task(_ended(ended))]
             if hello.heartbeat_seconds:
                 tasks.append(
                     asyncio.create_task(
@@ -462,6 +469,11 @@ async def _watch_silence(heard: _Heard, heartbeat_seconds: int, timeout_seconds:
                 "taken for dead"
             )
         await asyncio.sleep(limit - silent + 0.05)
+
+
+async def _ended(ended: asyncio.Future[str]) -> None:
+    """Raises LinkEnded once the session is asked to end (Session.end)."""
+    raise LinkEnded(await ended)
 
 
 async def _first_of(tasks: list[asyncio.Task[None]]) -> None:

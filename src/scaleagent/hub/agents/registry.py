@@ -91,6 +91,8 @@ class Session:
     control: Callable[[pb.CachingControl], None] | None = None
     # Sends an operation down the Operations stream; None while that stream is not attached.
     operate: Callable[[pb.Operation], None] | None = None
+    # Ends the session, saying why (set by the gRPC service): POST /armory/agent/{id}/disconnect.
+    end: Callable[[str], None] | None = None
 
     @property
     def identity(self) -> str:

@@ -88,6 +88,97 @@ class _Pending:
     future: asyncio.Future[OperationReply]
 
 
+HISTORY_LIMIT = 1000
+"""Operations whose hops this replica remembers (the newest; older ones are forgotten)."""
+
+
+def _iso_ms(t: float) -> str:
+    """RFC 3339 UTC with milliseconds: the hops of one operation are often within a second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+@dataclass
+class OperationHops:
+    """When each hop of one operation happened on this replica (wall-clock seconds), for Armory's
+    operation history (`OperationHistoryRecord`, GET /armory/agent/operations): the hub received
+    it, sent it to an agent, received the agent's result, and answered its caller."""
+
+    id: str
+    account: str
+    type: str
+    received: float
+    replica: str
+    agent_id: str = ""
+    sent: float | None = None
+    result: float | None = None
+    result_status: int | None = None
+    answered: float | None = None
+    outcome: str = ""
+
+    def document(self) -> dict[str, Any]:
+        """The record in the shape of Armory's swagger (absent hops are left out, never null)."""
+        here = self.replica
+        doc: dict[str, Any] = {
+            "operationId": self.id,
+            "account": self.account,
+            "operationType": self.type,
+            "startTime": _iso_ms(self.received),
+            "opReceivedByClouddriver": {"clouddriverId": here, "time": _iso_ms(self.received)},
+        }
+        if self.sent is not None:
+            doc["opSentToAgent"] = {"agentId": self.agent_id, "time": _iso_ms(self.sent)}
+        if self.result is not None:
+            result: dict[str, Any] = {}
+            if self.result_status is not None:
+                result["status"] = self.result_status
+            if self.sent is not None:
+                result["durationMs"] = int((self.result - self.sent) * 1000)
+            doc["resultReceivedFromAgent"] = {
+                "agentId": self.agent_id,
+                "clouddriverId": here,
+                "time": _iso_ms(self.result),
+                "result": result,
+            }
+            doc["resultReceivedByClouddriver"] = {"clouddriverId": here, "time": _iso_ms(self.result)}
+        if self.answered is not None:
+            doc["opProcessedByClouddriver"] = {"clouddriverId": here, "time": _iso_ms(self.answered)}
+            doc["endTime"] = _iso_ms(self.answered)
+            doc["totalDurationMs"] = int((self.answered - self.received) * 1000)
+            doc["finalOutcome"] = self.outcome
+        return doc
+
+
+class OperationHistory:
+    """The hops of the newest `limit` operations this replica routed, in memory: what Armory's
+    plugin shows at GET /armory/agent/operations. Kept per replica (an operation forwarded to the
+    replica holding its agent is recorded there), and lost with the process: the task of the
+    operation, in the database, is the lasting record."""
+
+    def __init__(self, replica: str, limit: int = HISTORY_LIMIT) -> None:
+        self.replica = replica
+        self.limit = limit
+        self._records: dict[str, OperationHops] = {}  # insertion order: oldest first
+
+    def start(self, op_id: str, account: str, type_: str) -> OperationHops:
+        hops = OperationHops(op_id, account, type_, time.time(), self.replica)
+        self._records.pop(op_id, None)  # the same id sent again (a replica failed): the newest counts
+        self._records[op_id] = hops
+        while len(self._records) > self.limit:
+            del self._records[next(iter(self._records))]
+        return hops
+
+    def get(self, op_id: str) -> OperationHops | None:
+        return self._records.get(op_id)
+
+    def page(self, items: int, page: int) -> list[OperationHops]:
+        """Newest first: page 1 is the newest `items` operations."""
+        newest = list(reversed(self._records.values()))
+        return newest[(page - 1) * items : page * items]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
 class OperationRouter:
     """Sends operations down agents' Operations streams and matches their results."""
 
@@ -96,6 +187,7 @@ class OperationRouter:
         self.metrics = metrics if metrics is not None else HubMetrics()
         self._pending: dict[str, _Pending] = {}
         self.sent = 0
+        self.history = OperationHistory(registry.replica)
         registry.listeners.append(self._on_registry)
 
     def _session_for(self, account: str) -> Session | OperationReply:
@@ -133,13 +225,22 @@ class OperationRouter:
         """Run one operation on the agent serving `account`, giving it `timeout` seconds. The same
         `op_id` sent again (after a replica failed) is answered by the agent from memory, not
         applied twice."""
+        op_id = op_id or uuid.uuid4().hex
+        if op_id in self._pending:
+            return OperationReply.failure(409, "Conflict", f"operation {op_id} is already running on this replica")
+        hops = self.history.start(op_id, account, type_)
+        reply = await self._run(hops, account, type_, request, timeout, op_id)
+        hops.answered = time.time()
+        hops.outcome = _outcome(reply)
+        return reply
+
+    async def _run(
+        self, hops: OperationHops, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str
+    ) -> OperationReply:
         target = self._session_for(account)
         if isinstance(target, OperationReply):
             return target
         session = target
-        op_id = op_id or uuid.uuid4().hex
-        if op_id in self._pending:
-            return OperationReply.failure(409, "Conflict", f"operation {op_id} is already running on this replica")
         deadline_ms = int((time.time() + timeout) * 1000)
         message = pb.Operation(
             id=op_id,
@@ -153,6 +254,7 @@ class OperationRouter:
         self._pending[op_id] = _Pending(session.id, session.agent_id, future)
         assert session.operate is not None
         session.operate(message)  # nothing awaited since the check: the stream is still there
+        hops.sent, hops.agent_id = time.time(), session.agent_id
         self.sent += 1
         sent_at = time.monotonic()
         log.info("operation %s: %s on account %s sent to agent %s", op_id, type_, account, session.agent_id)
@@ -197,6 +299,10 @@ class OperationRouter:
                     except ValueError:
                         pass
             reply = OperationReply(result.ok, objects, output, error, list(result.expect), session.agent_id)
+        hops = self.history.get(result.id)
+        if hops is not None and hops.result is None:
+            hops.result = time.time()
+            hops.result_status = 200 if reply.ok else int((reply.error or {}).get("code") or 500)
         if not pending.future.done():
             pending.future.set_result(reply)
 

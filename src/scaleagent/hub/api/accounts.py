@@ -8,6 +8,10 @@
     GET    /agents/kubernetes/accounts/{name}      one (the seeds' path for checking state) 200
     DELETE /armory/accounts                        delete (body: a list of names)         200
     DELETE /armory/accounts/{name}                 delete one                             200
+    POST   /armory/accounts/dynamic                Armory's definition of one account (or a
+                                                   list): created INACTIVE                  201
+    PUT    /armory/accounts/dynamic                Armory's definition of one account: replaces
+                                                   its settings (200), or creates it (201)
 
 Bodies are read and validated here rather than by FastAPI's parameter binding, so that the
 messages name the account and the field in words (`accounts[1] ('account-02'): zoneId: expected
@@ -23,11 +27,14 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
+from ..accounts.errors import InvalidRequest, UnknownAccounts
 from ..accounts.models import (
+    ARMORY_IGNORED,
     AccountChange,
     AccountIn,
     AccountView,
     account_view,
+    armory_definition,
     parse_accounts,
     parse_names,
 )
@@ -170,4 +177,111 @@ def accounts_router(service: AccountsService) -> APIRouter:
 
         return await answer(200, work)
 
+    @router.post(
+        "/armory/accounts/dynamic",
+        status_code=201,
+        response_model=list[AccountView],
+        summary="Create an account from Armory's definition (stored INACTIVE)",
+        openapi_extra=_ARMORY_BODY,
+        description="Armory's body: one account object (or a list of them) with `name` and one of "
+        "`kubeconfigFile`, `kubeconfigContents` (a Secret reference) or `serviceAccount: true`, plus "
+        "`zoneId` and the settings of an agent's `kubernetes.accounts[]`. Created INACTIVE, all or "
+        "none; migrate with PATCH /armory/accounts. Answers the accounts created.",
+    )
+    async def create_dynamic(request: Request) -> Response:
+        async def work() -> list[dict[str, Any]]:
+            body = await read_json(request, "the body is empty: send an account definition (a JSON object)")
+            items = body if isinstance(body, list) else [body]
+            translated, problems = [], []
+            for i, item in enumerate(items):
+                fields, found = armory_definition(item, _label(i, item))
+                translated.append(fields)
+                problems += found
+            if problems:
+                raise InvalidRequest(problems)
+            accounts = parse_accounts(translated, AccountIn)
+            return [account_view(row) for row in await service.create(accounts)]
+
+        return await answer(201, work)
+
+    @router.put(
+        "/armory/accounts/dynamic",
+        response_model=AccountView,
+        summary="Replace an account's definition (Armory's body), or create it",
+        openapi_extra=_ARMORY_ONE_BODY,
+        responses={201: {"model": AccountView, "description": "There was no such account: created INACTIVE"}},
+        description="One account object, as for POST. An existing account takes the definition: "
+        "settings left out are cleared, `zoneId` and the kubeconfig are kept unless given "
+        "(`kubeconfigAgent` replaces the kubeconfig the agent is sent; `serviceAccount: true` clears it); "
+        "an ACTIVE account is sent to its agents again. 200 with the account, or 201 when it was created.",
+    )
+    async def put_dynamic(request: Request) -> Response:
+        created = False
+
+        async def work() -> dict[str, Any]:
+            nonlocal created
+            body = await read_json(request, "the body is empty: send an account definition (a JSON object)")
+            if isinstance(body, list):
+                raise InvalidRequest("the body is a list: PUT takes one account definition (a JSON object)")
+            label = _label(0, body)
+            name = body.get("name") if isinstance(body, dict) else None
+            exists = False
+            if isinstance(name, str):
+                try:
+                    await service.get(name)
+                    exists = True
+                except (UnknownAccounts, InvalidRequest):
+                    exists = False  # an invalid name is reported by the model below
+            fields, problems = armory_definition(body, label, replace=exists)
+            if problems:
+                raise InvalidRequest(problems)
+            if not exists:
+                created = True
+                (row,) = await service.create(parse_accounts([fields], AccountIn))
+                return account_view(row)
+            (row,) = await service.patch(parse_accounts([fields], AccountChange))
+            return account_view(row)
+
+        response = await answer(200, work)
+        if created and response.status_code == 200:
+            response.status_code = 201
+        return response
+
     return router
+
+
+def _label(i: int, item: Any) -> str:
+    """How a problem names the account: as parse_accounts does."""
+    name = item.get("name") if isinstance(item, dict) else None
+    return f"accounts[{i}]" + (f" ({name!r})" if isinstance(name, str) and len(name) <= 253 else "")
+
+
+_ARMORY_ACCOUNT: dict[str, Any] = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "type": {"type": "string", "enum": ["kubernetes"]},
+        "zoneId": {"type": "string"},
+        "kubeconfigFile": {"type": "string", "description": "A path on the hub, or a Secret reference"},
+        "kubeConfigFile": {"type": "string", "description": "The same (the spelling of Armory's CSV)"},
+        "kubeconfigContents": {"type": "string", "description": "A Secret reference: 'encryptedFile:k8s!n:...!k:...'"},
+        "kubeconfigAgent": {"type": "string", "description": "PUT: the kubeconfig the agent is sent (a reference)"},
+        "serviceAccount": {"type": "boolean", "description": "true: the agent's own service account"},
+        **{k: v for k, v in AccountIn.model_json_schema()["properties"].items() if k not in ("name", "zoneId")},
+        **{k: {"description": "Accepted and not used (an Armory agent setting)"} for k in sorted(ARMORY_IGNORED)},
+    },
+    "additionalProperties": False,
+    "example": {"name": "demo-acc-02", "kubeconfigContents": "encryptedFile:k8s!n:kubeconfig-t!k:config!ns:spinnaker"},
+}
+_ARMORY_ONE_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _ARMORY_ACCOUNT}}}}
+_ARMORY_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"oneOf": [_ARMORY_ACCOUNT, {"type": "array", "items": _ARMORY_ACCOUNT}]},
+            }
+        },
+    }
+}

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ... import __version__
 from .accounts import accounts_router
+from .armory import armory_router
 from .bindings import bindings_router
 from .common import HubRoute, invalid_parameters
 from .credentials import credentials_router
@@ -44,6 +45,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
     app.include_router(operations_router(deps))
     app.include_router(replicas_router(deps))
     app.include_router(bindings_router(deps))
+    app.include_router(armory_router(deps))  # after bindings: /armory/agents/bindings keeps its meaning
     app.add_middleware(AccountForwarding, deps=deps)  # forwards with the caller found below
     app.add_middleware(Authentication, security=deps.security)  # outside: every request has its caller
     app.add_middleware(RequestGuard, settings=deps.guard)  # outermost: Host and Origin checked before all

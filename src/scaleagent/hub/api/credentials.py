@@ -22,7 +22,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view, summary_view
+from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view
 from ..accounts.errors import InvalidRequest
 from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 from .schemas import CredentialsDefinition, CredentialsSummary
@@ -96,17 +96,19 @@ def credentials_router(service: CredentialsService) -> APIRouter:
 
     @router.get(
         "/credentials",
-        summary="List stored account definitions",
+        summary="List stored account definitions, and every other account the hub serves",
         description="Without `expand`, each as Clouddriver lists accounts: name, type, environment, "
-        "accountType, requiredGroupMembership, permissions. With `expand=true`, whole.",
+        "accountType, requiredGroupMembership, permissions. With `expand=true`, whole. Accounts with no "
+        "stored definition (registered by agents from their own files, or created through /armory/accounts) "
+        "are listed too unless INACTIVE, DELETING or DELETE_FAILED; expanded, they show their settings, "
+        "`source` and `state`.",
         response_model=list[CredentialsSummary | CredentialsDefinition],
     )
     async def list_all(
         expand: Annotated[str | None, Query(description="true: whole definitions")] = None,
     ) -> Response:
         async def work() -> list[dict[str, Any]]:
-            view = definition_view if _flag("expand", expand) else summary_view
-            return [view(row) for row in await service.list_definitions()]
+            return await service.list_served(expand=_flag("expand", expand))
 
         return await answer(200, work)
 

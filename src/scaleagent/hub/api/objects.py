@@ -23,6 +23,7 @@ from ..cache.manifests import manifest_view
 from ..replicas.forwarding import PeerUnreachable
 from ..replicas.peers import Peer
 from ..store import StoreError
+from .armory import ArmoryAgent, agent_document, armory_fields
 from .common import HubRoute
 from .deps import ApiDeps
 from .replicas import forwarded
@@ -42,20 +43,6 @@ class EventStreamResponse(StreamingResponse):
     """What the watch answers: it declares `text/event-stream` in the API's description."""
 
     media_type = "text/event-stream"
-
-
-class AgentInfo(BaseModel):
-    agentId: str = Field(description="The agent's id (its host name unless configured)")
-    sessionId: str
-    zoneId: str = Field(description="The agent's zone; empty when it has none")
-    agentVersion: str
-    replica: str = Field(description="The hub replica holding the session")
-    peer: str = Field(description="The agent's address as seen by the hub")
-    connectedAt: str = Field(description="RFC 3339, UTC")
-    accounts: list[str] = Field(description="Accounts this agent serves")
-    rejectedAccounts: dict[str, str] = Field(description="Accounts refused, with the reason")
-    events: int = Field(description="Object events received on this session")
-    operationsStream: bool = Field(description="Whether the agent's Operations stream is attached")
 
 
 class KindFreshness(BaseModel):
@@ -146,15 +133,18 @@ def objects_router(deps: ApiDeps) -> APIRouter:
 
     @router.get(
         "/armory/agents",
-        response_model=list[AgentInfo],
+        response_model=list[ArmoryAgent],
         tags=["agents"],
         summary="Agents connected to the hub (every replica's, each with its `replica`)",
+        description="One entry per session, in the shape of Armory's ArmoryAgentResponse (agentId, type, "
+        "caching, clouddriverId, lastConnection, accounts) with the hub's own fields alongside.",
         responses={403: FORBIDDEN},
     )
     async def agents(request: Request) -> list[dict[str, Any]]:
         check_admin(deps, request, "listing agents")
-        parts = await gathered(request, "/armory/agents", [s.info() for s in registry.sessions.values()])
-        return [a for part in parts for a in part]
+        parts = await gathered(request, "/armory/agents", [agent_document(s) for s in registry.sessions.values()])
+        # A replica of an older version answers without Armory's fields: derived from its own.
+        return [armory_fields(a) for part in parts for a in part]
 
     @router.get(
         "/api/v1/accounts",
