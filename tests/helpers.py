@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CLI = [sys.executable, "-m", "scaleagent.cli"]
 
@@ -381,6 +382,25 @@ class HubProcess:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def call(self, method: str, path: str, body: object = None, token: str | None = None) -> tuple[int, Any]:
+        """Any request, as an API client makes it: (status, the JSON answer), errors included. A
+        body of bytes is sent as it is (to send what is not JSON)."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        if token:
+            request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
     def run_task(self, operations: list, timeout: float = 60.0) -> dict:
         """POST /kubernetes/ops and the task document once it has ended."""
         status, created = self.post("/kubernetes/ops", operations)
@@ -591,11 +611,19 @@ class ConfigMapVolume:
 
 def admin_hub(directory: Path, token: str, **extra: object) -> HubProcess:
     """A hub (SQLite, free ports) whose only caller is an admin logging in with `token`."""
+    return login_hub(directory, {"admin": (["platform"], token)}, **extra)
+
+
+def login_hub(directory: Path, users: dict[str, tuple[list[str], str]], **extra: object) -> HubProcess:
+    """A hub (SQLite, free ports) with static-token logins: user name -> (groups, token); the
+    group `platform` is the admins'."""
     from scaleagent.hub.auth.callers import hash_token
 
     tokens = write_yaml(
         directory / "tokens.yaml",
-        [{"name": "admin", "groups": ["platform"], "tokenHash": hash_token(token)}],  # type: ignore[arg-type]
+        [  # type: ignore[arg-type]
+            {"name": name, "groups": groups, "tokenHash": hash_token(token)} for name, (groups, token) in users.items()
+        ],
     )
     return HubProcess(
         write_yaml(

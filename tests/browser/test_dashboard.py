@@ -13,9 +13,6 @@ Every wait is a WebDriverWait on what the page shows, never a sleep; nothing ass
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,9 +24,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 
-from scaleagent.hub.auth.callers import hash_token
 from tests.browser.chrome import chrome, screenshot, severe_console_errors, wait
-from tests.helpers import AgentProcess, HubProcess, KubesimProcess, start_kubesim, write_yaml
+from tests.helpers import AgentProcess, HubProcess, KubesimProcess, login_hub, start_kubesim, write_yaml
 
 ADMIN_TOKEN = "dashboard-admin-token-0123456789"
 VIEWER_TOKEN = "dashboard-viewer-token-0123456789"
@@ -45,16 +41,7 @@ class Hub:
         self.process, self.url = process, process.url
 
     def call(self, method: str, path: str, body: Any = None, token: str = ADMIN_TOKEN) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {token}")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+        return self.process.call(method, path, body, token)
 
 
 @pytest.fixture(scope="module")
@@ -63,26 +50,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hub, Kubes
     kubesim = start_kubesim(directory / "kubesim", "--clusters", "3", "--bookmark-interval", "1")
     started: list[Any] = [kubesim]
     try:
-        tokens = write_yaml(
-            directory / "tokens.yaml",
-            [  # type: ignore[arg-type]
-                {"name": "admin", "groups": ["platform"], "tokenHash": hash_token(ADMIN_TOKEN)},
-                {"name": "viewer", "groups": ["dev"], "tokenHash": hash_token(VIEWER_TOKEN)},
-            ],
-        )
-        process = HubProcess(
-            write_yaml(
-                directory / "hub.yaml",
-                {
-                    "server": {"grpcPort": 0, "httpPort": 0},
-                    "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
-                    "auth": {"staticTokensFile": str(tokens), "admins": {"groups": ["platform"]}},
-                    "dynamicAccounts": {
-                        "encryptionKey": Fernet.generate_key().decode(),
-                        "kubeconfigDirectories": [str(kubesim.kubeconfig_dir)],
-                    },
-                },
-            )
+        process = login_hub(
+            directory,
+            {"admin": (["platform"], ADMIN_TOKEN), "viewer": (["dev"], VIEWER_TOKEN)},
+            dynamicAccounts={
+                "encryptionKey": Fernet.generate_key().decode(),
+                "kubeconfigDirectories": [str(kubesim.kubeconfig_dir)],
+            },
         )
         started.append(process)
         hub = Hub(process)

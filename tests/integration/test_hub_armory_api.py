@@ -11,8 +11,6 @@ the tests run in file order, the disconnect last."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,15 +35,7 @@ def answer_schema(path: str, method: str, status: str = "200") -> dict[str, Any]
 
 
 def call(hub: HubProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    request = urllib.request.Request(
-        hub.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+    return hub.call(method, path, body)
 
 
 @pytest.fixture(scope="module")

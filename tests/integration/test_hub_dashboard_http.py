@@ -17,9 +17,8 @@ import pytest
 
 import scaleagent.hub.api
 from scaleagent.hub.api.dashboard import ASSETS
-from scaleagent.hub.auth.callers import hash_token
 
-from ..helpers import HubProcess, write_yaml
+from ..helpers import HubProcess, login_hub
 
 ADMIN_TOKEN = "dashboard-http-admin-0123456789"
 VIEWER_TOKEN = "dashboard-http-viewer-0123456789"
@@ -31,23 +30,10 @@ def hub(tmp_path_factory):
     from cryptography.fernet import Fernet
 
     directory = tmp_path_factory.mktemp("dashboard-http")
-    tokens = write_yaml(
-        directory / "tokens.yaml",
-        [  # type: ignore[arg-type]
-            {"name": "admin", "groups": ["platform"], "tokenHash": hash_token(ADMIN_TOKEN)},
-            {"name": "viewer", "groups": ["dev"], "tokenHash": hash_token(VIEWER_TOKEN)},
-        ],
-    )
-    hub = HubProcess(
-        write_yaml(
-            directory / "hub.yaml",
-            {
-                "server": {"grpcPort": 0, "httpPort": 0},
-                "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
-                "auth": {"staticTokensFile": str(tokens), "admins": {"groups": ["platform"]}},
-                "dynamicAccounts": {"encryptionKey": Fernet.generate_key().decode()},
-            },
-        )
+    hub = login_hub(
+        directory,
+        {"admin": (["platform"], ADMIN_TOKEN), "viewer": (["dev"], VIEWER_TOKEN)},
+        dynamicAccounts={"encryptionKey": Fernet.generate_key().decode()},
     )
     yield hub
     hub.stop()
