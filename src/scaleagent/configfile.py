@@ -55,6 +55,7 @@ __all__ = [
     "describe",
     "invalid",
     "is_host",
+    "is_loopback",
     "normalize_permissions",
     "normalize_roles",
     "readable_file",
@@ -74,6 +75,7 @@ _CONTEXT_FROM_TEXT = "from_text"
 _CONTEXT_IGNORED = "ignored"
 _CONTEXT_ROOT = "root"
 _MAX_PROBLEMS = 20
+_WARNED: set[tuple[str, str, str]] = set()  # (file, key, why): each ignored key said once per process
 
 _HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"  # '_' occurs in real host names
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
@@ -398,7 +400,11 @@ class ConfigFormat(Generic[M]):
                 lines.append(f"{prefix}{_format_loc(loc)}: {message}" if loc else f"{prefix}{message}")
             raise ConfigError(lines) from None
         for key, reason in sorted(set(ignored), key=lambda item: item[0]):
-            self.logger.warning("%s: ignoring %r: %s", source, key, reason or self.ignored_reason)
+            said = (source, key, reason or self.ignored_reason)
+            if said in _WARNED:  # the file read again (the reload watch's first look): said already
+                continue
+            _WARNED.add(said)
+            self.logger.warning("%s: ignoring %r: %s", *said)
         return config
 
     def _is_config_var(self, var: str, environ: Mapping[str, str]) -> bool:
@@ -890,3 +896,15 @@ def _check_plain(source: str, data: Any) -> None:
                 visit(item, loc + (i,))
 
     visit(data, ())
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` only accepts connections from this machine."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

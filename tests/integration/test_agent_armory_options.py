@@ -239,3 +239,57 @@ def test_an_armory_annotation_asking_for_client_side_apply_fails_the_deploy_nami
     task = stack.hub.run_task([{"deployManifest": {"account": "sim", "manifests": [cm]}}])
     assert task["state"] == "failed", task
     assert "agent-k8s.armory.io/serverside-apply" in json.dumps(task)
+
+
+def test_an_agent_speaking_tls_to_a_plaintext_hub_is_told_to_set_insecure(tmp_path):
+    """Armory's agent is plaintext by default and ours is not: the first thing a migrating user
+    meets is this handshake error, which now says what to do."""
+    from tests.helpers import HubProcess
+
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {"server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}},
+        )
+    )
+    agent = None
+    try:
+        agent = AgentProcess(
+            write_yaml(
+                tmp_path / "agent.yaml",
+                {"server": {"port": 0}, "clouddriver": {"grpc": f"127.0.0.1:{hub.grpc_port}"}},
+            ),
+            print_events=False,
+        )
+        doc = agent.wait_health(
+            lambda h: "WRONG_VERSION_NUMBER" in h["hub"].get("reason", ""), what="the handshake refused"
+        )
+        assert "set clouddriver.insecure: true" in doc["hub"]["reason"]
+    finally:
+        if agent is not None:
+            agent.stop()
+        hub.stop()
+
+
+def test_a_kind_that_names_nothing_is_said_not_silently_dropped(tmp_path, kubesim):
+    agent = AgentProcess(
+        write_yaml(
+            tmp_path / "agent.yaml",
+            {
+                "kubernetes": {
+                    "accounts": [
+                        {"name": "typo", "kubeConfigFile": str(kubesim.admin(0)), "kinds": ["ConfigMap", "deploymnt"]}
+                    ]
+                },
+                "server": {"port": 0},
+            },
+        ),
+        print_events=True,  # no hub: the events go to stdout
+    )
+    try:
+        line = agent.wait_log(r"kinds that name nothing the cluster serves: deploymnt", what="the typo said")
+        assert "typo" in line
+        health = agent.wait_health(lambda h: h["accounts"] and h["accounts"][0]["state"] == "watching")
+        assert health["accounts"][0]["unmatchedKinds"] == ["deploymnt"]
+    finally:
+        agent.stop()

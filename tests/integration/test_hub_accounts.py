@@ -565,7 +565,10 @@ async def test_list_filters(hub: AccountsHub) -> None:
         "kubeHost",
         "createdAt",
         "updatedAt",
+        "status",  # Armory's names for state and failedCount
+        "retryCount",
     }
+    assert view["status"] == view["state"] and view["retryCount"] == view["failedCount"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", view["createdAt"])
 
 

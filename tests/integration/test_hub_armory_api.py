@@ -94,6 +94,14 @@ def test_put_replaces_the_definition_or_creates_the_account(stack) -> None:
     assert (status, created["state"], created["kubeconfigFile"]) == (201, "INACTIVE", reference)
 
 
+def test_crds_in_armorys_kind_and_scope_form_are_taken(stack) -> None:
+    hub = stack[0]
+    body = {"name": "armory-crds", "customResourceDefinitions": [{"kind": "Widget.example.com", "scope": "Cluster"}]}
+    status, created = call(hub, "POST", "/armory/accounts/dynamic", body)
+    assert status == 201, created
+    assert call(hub, "GET", "/armory/accounts/armory-crds")[1]["customResourceDefinitions"] == ["Widget.example.com"]
+
+
 @pytest.mark.parametrize(
     ("method", "body", "message"),
     [
@@ -103,6 +111,11 @@ def test_put_replaces_the_definition_or_creates_the_account(stack) -> None:
         ("POST", {"name": "x1", "serviceAccount": False}, "serviceAccount: false needs kubeconfigFile"),
         ("POST", {"name": "x1", "kinds": "Deployment"}, "kinds: expected a list"),
         ("POST", {"name": "x1", "colour": "blue"}, "colour: unknown field"),
+        (
+            "POST",
+            {"name": "x1", "customResourceDefinitions": [{"kind": "Widget.example.com", "scope": "Galaxy"}]},
+            "expected Cluster or Namespaced",
+        ),
         ("PUT", [{"name": "x1"}], "PUT takes one account definition"),
         ("PUT", {"zoneId": "z"}, "name: required"),
     ],

@@ -512,6 +512,7 @@ def test_token_command_runs_again_only_when_due_or_refused(tmp_path):
         ('print(\'{"tok": "secret-value"}\')', "json", 'the JSON output has no "token" string'),
         ("print('secret value')", "raw", "is not printable ASCII without spaces"),
         ("print('')", "raw", "the output is empty"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "raw", "was killed by signal 11 (SIGSEGV)"),
     ],
 )
 def test_token_command_failures_say_why_and_never_show_the_output(tmp_path, body, fmt, message):
@@ -701,3 +702,20 @@ def test_a_taken_metrics_port_is_named_in_the_error(tmp_path):
             return "started"
 
         assert asyncio.run(run()).startswith(f"prometheus: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_a_health_port_on_loopback_in_a_pod_is_said_to_be_out_of_the_probes_reach(tmp_path, monkeypatch, caplog):
+    from scaleagent.agent.service import _warn_if_unreachable_in_a_pod
+
+    caplog.set_level("WARNING", "scaleagent.agent")
+    monkeypatch.setenv("SCALE_AGENT_SERVICE_ACCOUNT_DIR", str(tmp_path))
+    _warn_if_unreachable_in_a_pod("server.host", "127.0.0.1", "the kubelet's probes")
+    assert caplog.messages == []  # no namespace file: not in a pod
+    (tmp_path / "namespace").write_text("spinnaker\n")
+    _warn_if_unreachable_in_a_pod("server.host", "0.0.0.0", "the kubelet's probes")
+    assert caplog.messages == []
+    _warn_if_unreachable_in_a_pod("server.host", "127.0.0.1", "the kubelet's probes")
+    assert caplog.messages == [
+        "server.host is 127.0.0.1: in this pod, the kubelet's probes cannot reach it; set server.host: 0.0.0.0 "
+        "to serve the pod's network"
+    ]

@@ -350,7 +350,14 @@ class AccountRunner:
     def _wanted(self, kinds: list[KindInfo]) -> list[tuple[KindInfo, str | None]]:
         cfg = self.config
         include = list(cfg.kinds) + list(cfg.custom_resource_definitions) if cfg.kinds else []
-        selected, self.unmatched = select_kinds(kinds, include, cfg.omit_kinds, cfg.only_namespaced_resources)
+        selected, unmatched = select_kinds(kinds, include, cfg.omit_kinds, cfg.only_namespaced_resources)
+        if unmatched and unmatched != self.unmatched:  # a typo ("deploymnt") would otherwise be silent
+            log.warning(
+                "account %s: kinds that name nothing the cluster serves: %s (they are not followed)",
+                self.name,
+                ", ".join(unmatched),
+            )
+        self.unmatched = unmatched
         selected, self._aliases = follow_once(selected)
         out: list[tuple[KindInfo, str | None]] = []
         for k in selected:

@@ -252,7 +252,13 @@ class HubLink:
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.UNAUTHENTICATED and self.settings.token_command is not None:
                     self.settings.token_command.invalidate()  # the next attempt runs the program again
-                self._down(_rpc_reason(e))
+                reason = _rpc_reason(e)
+                if "WRONG_VERSION_NUMBER" in reason and not self.settings.insecure:
+                    reason += (
+                        " (the hub answered without TLS: if it serves plaintext, set clouddriver.insecure: "
+                        "true, which Armory's agent has by default; ours speaks TLS unless told)"
+                    )
+                self._down(reason)
             except asyncio.InvalidStateError:  # a write after the call ended: the stream is gone
                 self._down("the stream to the hub ended")
             except (OSError, ssl.SSLError, ValueError) as e:

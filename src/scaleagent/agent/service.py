@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from ..configfile import is_loopback
 from ..kube.client import RetryPolicy
 from .accounts import AccountManager, EngineSettings
 from .budget import Budget
@@ -75,6 +76,7 @@ class Agent:
             raise StartError(f"server: cannot listen on {server.host}:{server.port}: {e.strerror or e}") from None
         host, port = self._runner.addresses[0][:2]
         self.health_url = f"{'https' if tls else 'http'}://{_url_host(host)}:{port}"
+        _warn_if_unreachable_in_a_pod("server.host", server.host, "the kubelet's probes of /health and /ready")
         prometheus = self.config.prometheus
         if prometheus.enabled:
             self._metrics_runner = web.AppRunner(metrics_app(app[REGISTRY]), access_log=None)
@@ -88,6 +90,7 @@ class Agent:
                 ) from None
             host, port = self._metrics_runner.addresses[0][:2]
             self.metrics_url = f"http://{_url_host(host)}:{port}"
+            _warn_if_unreachable_in_a_pod("prometheus.host", metrics_host, "Prometheus' scrapes")
         self.releaser.start()
         if isinstance(self.sink, HubLink):
             self.sink.start(self.accounts, self.executor)
@@ -214,4 +217,20 @@ def link_settings(config: AgentConfig) -> LinkSettings:
         agent_id=config.agent_id or default_agent_id(),
         zone_id=config.zone_id if config.zone_id is not None else default_zone_id(),
         dynamic_accounts_enabled=config.dynamic_accounts_enabled,
+    )
+
+
+def _warn_if_unreachable_in_a_pod(key: str, host: str, who: str) -> None:
+    """Loopback is the safe default, and in a pod it keeps out whoever probes from outside: say so
+    once, since a pod that never gets ready or a blank dashboard does not say why."""
+    from ..kube.credentials import service_account_namespace
+
+    if service_account_namespace() is None or not is_loopback(host):
+        return
+    log.warning(
+        "%s is %s: in this pod, %s cannot reach it; set %s: 0.0.0.0 to serve the pod's network",
+        key,
+        host,
+        who,
+        key,
     )

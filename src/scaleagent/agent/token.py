@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -81,10 +82,9 @@ class TokenCommand:
             raise TokenCommandError(f"tokenCommand {self.command!r} did not finish within {self.timeout:g}s") from None
         if proc.returncode != 0:
             detail = err.decode("utf-8", "replace").strip()[:300]
-            raise TokenCommandError(
-                f"tokenCommand {self.command!r} exited with status {proc.returncode}"
-                + (f": {detail}" if detail else "")
-            )
+            code = proc.returncode or 0
+            how = f"was killed by signal {-code} ({_signal_name(-code)})" if code < 0 else f"exited with status {code}"
+            raise TokenCommandError(f"tokenCommand {self.command!r} {how}" + (f": {detail}" if detail else ""))
         return self._parse(out[:MAX_OUTPUT])
 
     def _parse(self, out: bytes) -> str:
@@ -117,3 +117,10 @@ class TokenCommand:
                 "without spaces (it is sent in a header); it is not shown"
             )
         return token
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+
+# gRPC's fork handlers ran whenever the agent started a tokenCommand while its streams were busy
+# ("Other threads are currently calling into gRPC, skipping fork() handlers"), and now and then
+# the child died of SIGSEGV before its exec. Set before gRPC is loaded: the children exec at once
+# and need no gRPC state.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# gRPC's C core writes its own informational lines to stderr, in its own format: they broke the
+# JSON log stream (logging.format: json). Its errors still show; GRPC_VERBOSITY=INFO brings all back.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from .. import __version__
 from .. import demo as demo_command

@@ -42,6 +42,7 @@ from ..configfile import (
     describe,
     invalid,
     is_host,
+    is_loopback,
     readable_file,
     regular_expressions,
     secret_text,
@@ -561,18 +562,6 @@ class ReplicasConfig(ConfigModel):
     @property
     def enabled(self) -> bool:
         return self.cluster != "none"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` only accepts connections from this machine."""
-    import ipaddress
-
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_base_url(value: str) -> str:

@@ -179,6 +179,24 @@ class _AccountFields(BaseModel):
     def _kinds(cls, values: list[str] | None) -> list[str] | None:
         return _check_kinds(values, need_group=False)
 
+    @field_validator("customResourceDefinitions", mode="before")
+    @classmethod
+    def _crd_items(cls, values: Any) -> Any:
+        """Armory's form, `{kind: Kind.group, scope: Cluster|Namespaced}`, as the agent's file takes
+        it: the kind is kept; the scope is the cluster's to say (discovery)."""
+        if not isinstance(values, list):
+            return values
+        out = []
+        for item in values:
+            if isinstance(item, dict) and set(item) <= {"kind", "scope"} and isinstance(item.get("kind"), str):
+                if item.get("scope") not in (None, "Cluster", "Namespaced"):
+                    raise ValueError(
+                        f"scope of {item['kind']!r}: expected Cluster or Namespaced, got {item['scope']!r}"
+                    )
+                item = item["kind"]
+            out.append(item)
+        return out
+
     @field_validator("customResourceDefinitions")
     @classmethod
     def _crds(cls, values: list[str] | None) -> list[str] | None:
@@ -434,6 +452,9 @@ class AccountView(BaseModel):
     kubeHost: str | None = Field(None, description="The API server the agent reached")
     createdAt: str
     updatedAt: str
+    # Armory's names (KubesvcAccount in the plugin's swagger), so that its users' scripts read them.
+    status: str = Field(description="The same as `state`, under the name Armory's plugin gives it")
+    retryCount: int = Field(description="The same as `failedCount`, under Armory's name")
 
 
 def account_view(row: AccountRow) -> dict[str, Any]:
@@ -455,6 +476,8 @@ def account_view(row: AccountRow) -> dict[str, Any]:
         "kubeHost": row.kube_host or None,
         "createdAt": _iso(row.created_at),
         "updatedAt": _iso(row.updated_at),
+        "status": row.state,
+        "retryCount": row.failed_count,
     }
     return view
 
