@@ -11,9 +11,6 @@ import os
 # the child died of SIGSEGV before its exec. Set before gRPC is loaded: the children exec at once
 # and need no gRPC state.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-# gRPC's C core writes its own informational lines to stderr, in its own format: they broke the
-# JSON log stream (logging.format: json). Its errors still show; GRPC_VERBOSITY=INFO brings all back.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from .. import __version__
 from .. import demo as demo_command
