@@ -140,7 +140,9 @@ def test_watch_streams_added_modified_deleted_and_a_bookmark(core, namespace):
             seen.append((event["type"], event["object"].metadata.name))
         if ("BOOKMARK", "") in seen and ("DELETED", "watched") in seen:
             w.stop()
-    changes = [s for s in seen if s[0] != "BOOKMARK"]
+    # A real cluster's controller-manager adds `kube-root-ca.crt` to every new namespace, when it
+    # gets to it: after the list above, its ADDED is in the watch too (a CI run saw it once).
+    changes = [s for s in seen if s[0] != "BOOKMARK" and s[1] != "kube-root-ca.crt"]
     assert changes == [("ADDED", "watched"), ("MODIFIED", "watched"), ("DELETED", "watched")]
     assert ("BOOKMARK", "") in seen
 
