@@ -259,6 +259,10 @@ def judge(hub: HubProcess, load: Load, clusters: dict[int, set[Key]]) -> Verdict
             where.append(f"account {name} is {state}, asked {'/'.join(sorted(possible))}{reason}")
             continue
         have = hub_state(hub, name)
+        if state == "DELETE_FAILED":
+            # The deletion stopped half-way (docs/accounts.md): whether its agent had stopped yet
+            # depends on where. Its objects may still be served, and are the cluster's own.
+            continue
         if state != "ACTIVE":
             if have:
                 verdict.phantom.append(f"account {name} ({state}) serves {len(have)} objects")
