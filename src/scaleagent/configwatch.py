@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +166,7 @@ class _Reloadable(Protocol):
 C = TypeVar("C", bound=_Reloadable)
 
 
-class ConfigReloader(Generic[C]):
+class ConfigReloader(ABC, Generic[C]):
     """A process's configuration file, applied again as it changes (the agent's and the hub's
     reloaders): the watch, SIGHUP, refusals and what waits for a restart are kept here; a
     subclass says how to read the text (`parse`) and what a new configuration changes (`apply`)."""
@@ -191,11 +192,13 @@ class ConfigReloader(Generic[C]):
         self.log.info("configuration %s: SIGHUP, reading it again", self.path)
         self.watch.poke()
 
+    @abstractmethod
     def parse(self, text: str) -> C:
-        raise NotImplementedError
+        """The configuration the text holds; raises ConfigError saying what is wrong."""
 
+    @abstractmethod
     async def apply(self, new: C) -> None:
-        raise NotImplementedError
+        """Make the running process follow `new` (what it can change without a restart)."""
 
     async def apply_text(self, text: str) -> None:
         async with self._lock:
