@@ -23,7 +23,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +48,91 @@ WELCOME_TIMEOUT = 15.0
 STABLE_SESSION_SECONDS = 5.0
 # Room left in a message for the batch's own framing when filling it up to the hub's limit.
 FRAMING_MARGIN = 64 * 1024
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of `value` as a protobuf varint (negative int64s take ten)."""
+    if value < 0:
+        return 10
+    n = 1
+    while value >= 0x80:
+        value >>= 7
+        n += 1
+    return n
+
+
+def _text_size(text: str) -> int:
+    """Bytes of a non-empty string field: its tag (one byte for fields 1-15), length and UTF-8."""
+    n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return 1 + _varint_size(n) + n
+
+
+def event_size(e: ObjectEvent) -> int:
+    """The exact serialized size of the protocol Event `Chunk.add` makes of `e`.
+
+    Computed from the fields' lengths (tag + length varint + bytes; proto3 leaves out empty and
+    zero fields) rather than by building the message and calling ByteSize(), which serializes it:
+    the agent sizes every event it sends to split its batches below the hub's limit."""
+    n = 2  # the event type: its tag and a one-byte enum value (every EventType is below 128)
+    for text in (e.account, e.group, e.version, e.kind, e.namespace, e.name, e.resource_version):
+        if text:
+            n += _text_size(text)
+    if e.object:
+        size = len(e.object)
+        n += 1 + _varint_size(size) + size
+    read_at = int(e.read_at * 1000)
+    if read_at:
+        n += 1 + _varint_size(read_at)
+    return n
+
+
+class Chunk:
+    """One CachingMessage of events, filled in place, with the events' serialized size kept so that
+    the message's own size (for kubesvc_events_bytes_sent_total) needs no ByteSize()."""
+
+    __slots__ = ("message", "_events", "_events_size")
+
+    def __init__(self) -> None:
+        self.message = pb.CachingMessage()
+        self._events = self.message.events.events
+        self._events_size = 0  # the repeated field's bytes: each event with its tag and length
+
+    def add(self, e: ObjectEvent, size: int) -> None:
+        """Append `e`, whose `event_size` is `size`; only non-empty fields are set (proto3 omits
+        the rest anyway), which is the fastest way to fill a upb message from Python."""
+        ev = self._events.add()
+        ev.type = EVENT_TYPES[e.type]
+        if e.account:
+            ev.account = e.account
+        if e.group:
+            ev.group = e.group
+        if e.version:
+            ev.version = e.version
+        if e.kind:
+            ev.kind = e.kind
+        if e.namespace:
+            ev.namespace = e.namespace
+        if e.name:
+            ev.name = e.name
+        if e.resource_version:
+            ev.resource_version = e.resource_version
+        if e.object:
+            ev.object = e.object
+        read_at = int(e.read_at * 1000)
+        if read_at:
+            ev.read_at_unix_ms = read_at
+        self._events_size += 1 + _varint_size(size) + size
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[pb.Event]:
+        return iter(self._events)
+
+    def byte_size(self, sequence: int) -> int:
+        """The CachingMessage's serialized size once its batch carries `sequence`."""
+        batch = self._events_size + (1 + _varint_size(sequence) if sequence else 0)
+        return 1 + _varint_size(batch) + batch
 
 
 class Accounts(Protocol):
@@ -426,10 +511,10 @@ class HubLink:
             for chunk in self._split(batch):
                 await window.acquire()
                 sequence += 1
-                message = pb.CachingMessage(events=pb.EventBatch(sequence=sequence, events=chunk))
-                await call.write(message)
+                chunk.message.events.sequence = sequence
+                await call.write(chunk.message)
                 self.events_sent += len(chunk)
-                self.event_bytes_sent += message.ByteSize()
+                self.event_bytes_sent += chunk.byte_size(sequence)
             self._written = self._taken
             await self._flush_descriptions(call)  # and those that waited for this batch
 
@@ -448,26 +533,18 @@ class HubLink:
         for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
-    def _split(self, batch: Sequence[ObjectEvent]) -> list[list[pb.Event]]:
-        """Protocol events in chunks that stay below the hub's message size limit."""
-        chunks: list[list[pb.Event]] = []
-        current: list[pb.Event] = []
+    def _split(self, batch: Sequence[ObjectEvent]) -> list[Chunk]:
+        """Protocol messages that stay below the hub's message size limit, filled in place.
+
+        Each event is sized arithmetically (`event_size`) before it is added, so no event is built
+        twice, copied into its batch, or serialized to learn its size."""
+        chunks: list[Chunk] = []
+        current: Chunk | None = None
         size = 0
+        limit = self._max_bytes
         for e in batch:
-            ev = pb.Event(
-                type=EVENT_TYPES[e.type],
-                account=e.account,
-                group=e.group,
-                version=e.version,
-                kind=e.kind,
-                namespace=e.namespace,
-                name=e.name,
-                resource_version=e.resource_version,
-                object=e.object or b"",
-                read_at_unix_ms=int(e.read_at * 1000),
-            )
-            n = ev.ByteSize() + 8
-            if n > self._max_bytes:
+            n = event_size(e) + 8  # the event's own tag and length prefix, with room to spare
+            if n > limit:
                 self.dropped_oversize += 1
                 log.error(
                     "hub link: %s %s/%s of account %s is %d bytes, over the hub's message limit; not sent",
@@ -478,13 +555,11 @@ class HubLink:
                     n,
                 )
                 continue
-            if current and size + n > self._max_bytes:
+            if current is None or size + n > limit:
+                current, size = Chunk(), 0
                 chunks.append(current)
-                current, size = [], 0
-            current.append(ev)
+            current.add(e, n - 8)
             size += n
-        if current:
-            chunks.append(current)
         return chunks
 
     async def _read(self, call: grpc.aio.StreamStreamCall, window: asyncio.Semaphore) -> None:

@@ -9,27 +9,27 @@ import logging
 import socket
 import ssl
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import grpc
 import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..configwatch import ReloadStatus
 from ..kube.client import KubeClient
 from ..kube.credentials import load_credentials
-from ..protocol import SERVICE_NAME, pb_grpc
+from ..protocol import SERVICE_NAME
 from .accounts.credentials import CredentialsService
 from .accounts.service import AccountsService
 from .agents.dispatch import AccountDispatcher
-from .agents.link import GRPC_LIMIT_FACTOR, AgentLinkService
+from .agents.link import GRPC_LIMIT_FACTOR, AgentLinkService, add_agent_link_to_server
 from .agents.registry import Registry
 from .agents.routing import OperationRouter
 from .api.app import create_app
 from .api.deps import ApiDeps, GuardSettings
-from .api.security import PEER_CERT, Security
+from .api.http_protocol import PeerCertificateProtocol
+from .api.security import Security
 from .auth.access import Access
 from .auth.agents import AgentIdentities
 from .auth.callers import Authenticator, StaticTokens, TokenReviewer
@@ -53,23 +53,6 @@ logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every star
 # are freed by reference counting and hold no cycles, so they are moved out of the collector's
 # sight at this interval, after a young-generation collection has cleared recent cyclic garbage.
 GC_FREEZE_SECONDS = 30.0
-
-
-class _PeerCertificates(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, handing the app a verified client certificate (a caller's
-    login) in the ASGI scope: uvicorn itself does not pass it on."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        cert = transport.get_extra_info("peercert")
-        if cert:
-            app = self.app
-
-            async def with_certificate(scope: Any, receive: Any, send: Any) -> None:
-                scope.setdefault("extensions", {})[PEER_CERT] = cert
-                await app(scope, receive, send)
-
-            self.app = with_certificate
 
 
 class _Server(uvicorn.Server):
@@ -261,7 +244,7 @@ class Hub:
                 ("grpc.keepalive_timeout_ms", 20_000),
             ]
         server = grpc.aio.server(options=options)
-        pb_grpc.add_AgentLinkServicer_to_server(self.link, server)
+        add_agent_link_to_server(self.link, server)
         checks = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checks, server)
         reflection.enable_server_reflection(
@@ -314,7 +297,7 @@ class Hub:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
-            http=_PeerCertificates,
+            http=PeerCertificateProtocol,
             ssl_certfile=tls.cert_file,
             ssl_keyfile=tls.key_file,
             ssl_ca_certs=str(tls.client_ca_file) if tls.client_ca_file else None,
