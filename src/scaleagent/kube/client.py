@@ -82,11 +82,20 @@ def describe_connection_error(server: str, e: BaseException) -> str:
 class KubeClient:
     """One cluster's API, one pooled HTTP session; safe to share between tasks."""
 
-    def __init__(self, credentials: Credentials, *, timeout: float = 30.0, limit: int = 0) -> None:
+    def __init__(
+        self, credentials: Credentials, *, timeout: float = 30.0, limit: int = 0, watch_list: bool | None = False
+    ) -> None:
         self.credentials = credentials
         self.server = credentials.server
         self._timeout = timeout
         self.retry: RetryPolicy | None = None  # see RetryPolicy; None: no retries but the 401 one
+        # Whether reflectors stream their lists (a watch with sendInitialEvents, client-go's
+        # WatchList); None: try, and learn from the first refusal so the others list in pages.
+        # Off by default: the one server here that serves it (kubesim) streamed lists slower than
+        # paged LISTs on one connection (docs/benchmarks.md), no real server we can run serves it
+        # (1.20 refuses it), and the stream's connection keeps a LIST-deep read buffer until the
+        # watch ends (minutes) where a paged LIST's connection closes after its last page.
+        self.watch_list: bool | None = watch_list
         # Two pools. A connection's TLS read buffer (256 KB under uvloop) is touched as deep as the
         # largest read it served, and stays resident while the connection lives. Bulk bodies (LIST
         # pages) therefore travel on connections that close afterwards, so the long-lived ones that
@@ -110,6 +119,19 @@ class KubeClient:
         await self._session.close()
         await self._bulk.close()
 
+    @contextlib.asynccontextmanager
+    async def bulk_session(self) -> AsyncIterator[aiohttp.ClientSession]:
+        """A session of one kept-alive connection for a run of bulk requests (the pages of one
+        LIST), closed at exit: the pages share one TLS handshake instead of paying one each, and
+        the connection's deep read buffer still goes away with the list (see __init__)."""
+        session = self._new_session(
+            aiohttp.TCPConnector(ssl=self.credentials.ssl_context, limit=1, enable_cleanup_closed=True)
+        )
+        try:
+            yield session
+        finally:
+            await session.close()
+
     async def _headers(self, accept: str | None, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": accept or JSON}
         if content_type:
@@ -132,6 +154,7 @@ class KubeClient:
         timeout: float | None = None,
         bulk: bool = False,
         read_timeout: float | None = None,
+        session: aiohttp.ClientSession | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """A response whose body the caller reads; non-2xx statuses raise APIError first.
 
@@ -139,9 +162,11 @@ class KubeClient:
         `bulk` sends the request on a connection that closes afterwards (large bodies);
         `read_timeout` bounds the wait for each read (a dead peer cannot hold a stream forever).
         Only failures of the request itself are translated: whatever the caller raises while it
-        holds the response passes through unchanged.
+        holds the response passes through unchanged. `session` (from `bulk_session`) overrides
+        the pool.
         """
-        session = self._bulk if bulk else self._session
+        if session is None:
+            session = self._bulk if bulk else self._session
         for attempt in (1, 2):
             COUNTS.requests += 1
             try:
@@ -185,6 +210,7 @@ class KubeClient:
         accept: str | None = None,
         content_type: str | None = None,
         bulk: bool = False,
+        session: aiohttp.ClientSession | None = None,
     ) -> Any:
         """One JSON request, answered with the decoded JSON body; sent again as `retry` says."""
         data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
@@ -192,7 +218,7 @@ class KubeClient:
         attempt = 0
         while True:
             try:
-                return await self._request_once(method, path, params, data, accept, content_type, bulk)
+                return await self._request_once(method, path, params, data, accept, content_type, bulk, session)
             except (ConnectionFailed, APIError) as e:
                 if retry is None or attempt >= retry.max_retries or not retry.retries(method, e):
                     raise
@@ -209,6 +235,7 @@ class KubeClient:
         accept: str | None,
         content_type: str | None,
         bulk: bool,
+        session: aiohttp.ClientSession | None = None,
     ) -> Any:
         async with self.stream(
             method,
@@ -219,6 +246,7 @@ class KubeClient:
             content_type=content_type or (JSON if data is not None else None),
             timeout=self._timeout,
             bulk=bulk,
+            session=session,
         ) as resp:
             try:
                 raw = await resp.read()

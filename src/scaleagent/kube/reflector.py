@@ -41,6 +41,11 @@ RELIST_SPACING = 5.0  # seconds: a relist sooner than this after the previous on
 HEALTHY_STREAM = 60.0  # seconds: a stream that broke after serving this long resets the backoff
 READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent connection counts as dead
 IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a watch counts as dead
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation that ends a streamed list
+
+
+class _NoWatchList(Exception):
+    """The server does not stream lists (refused the parameters, or ignored them)."""
 
 
 class Backoff:
@@ -125,6 +130,10 @@ class Reflector:
         self.reconnect_delay = reconnect_delay
         self.last_event_at = 0.0  # epoch seconds of the newest change delivered by the watch (0: none yet)
         self._resumed_from: int | None = None
+        self._initial = False  # a streamed list's snapshot is under way on the current watch
+        self._last_list = -1e9
+        # `{"apiVersion":…,"kind":…` : what list items of built-in kinds lack (see _listed).
+        self._type_prefix = orjson.dumps({"apiVersion": kind.api_version, "kind": kind.kind})[:-1]
 
     @property
     def scope(self) -> str:
@@ -137,26 +146,34 @@ class Reflector:
             if self.reconnect_delay is None
             else Backoff(initial=self.reconnect_delay, maximum=max(30.0, self.reconnect_delay))
         )
-        last_list = -1e9
         loop = asyncio.get_running_loop()
         while True:
             try:
+                initial = False
                 if self.resource_version is None:
-                    if loop.time() - last_list < RELIST_SPACING:
+                    if loop.time() - self._last_list < RELIST_SPACING:
                         # A server that answers 410 right after a fresh list must not get a list storm.
                         await self._pause(backoff, "the list expired again right away")
                     self.on_state("listing", "")
-                    async with self.budget():
-                        self.resource_version = await self._list()
-                    last_list = loop.time()
-                    self.synced.set()
-                    self.failures = 0
+                    if self.client.watch_list is not False:
+                        initial = True  # a streamed list: the snapshot, then the watch, on one stream
+                    else:
+                        async with self.budget():
+                            self.resource_version = await self._list()
+                        self._last_list = loop.time()
+                        self.synced.set()
+                        self.failures = 0
                 elif self._suspect:
                     if self.before_resume is not None:
                         await self.before_resume()
                     await self._check_not_ahead()
                 self._suspect = True  # until the watch below ends by its own timeout
-                started, delivered = loop.time(), await self._watch()
+                try:
+                    started, delivered = loop.time(), await self._watch(initial)
+                except _NoWatchList as e:
+                    log.info("%s %s: %s; listing in pages instead", self.account, self.kind.qualified, e)
+                    self.client.watch_list = False  # remembered for every kind of this client
+                    continue
                 if loop.time() - started < SHORT_WATCH and not delivered:
                     # client-go's "very short watch": treat as a failure, not as a reason to spin.
                     await self._pause(backoff, "the watch ended at once without events")
@@ -221,8 +238,26 @@ class Reflector:
             item = {"apiVersion": self.kind.api_version, "kind": self.kind.kind, **rest}
         return item
 
+    def _listed(self, item: dict[str, Any]) -> ObjectEvent:
+        """The ADDED event of one list item. The page was decoded whole, so the item's bytes are
+        encoded again; for the common case (an item of a built-in kind, without `apiVersion` and
+        `kind`) the type is spliced in front of those bytes instead of rebuilding the dict, which
+        gives the same bytes `_typed` + dumps would."""
+        if self.metadata_only or self.transform is not None or "kind" in item or "apiVersion" in item:
+            return self._encode(ADDED, self._typed(item), None)
+        raw = orjson.dumps(item)
+        raw = self._type_prefix + (raw[1:] if raw == b"{}" else b"," + raw[1:])
+        return _object_event(self.account, self.kind, ADDED, item, raw)
+
     async def _list(self) -> str:
-        """One consistent snapshot, page by page; returns the list's resourceVersion."""
+        """One consistent snapshot, page by page; returns the list's resourceVersion.
+
+        All pages travel on one connection that closes after the last one (`bulk_session`): one
+        TLS handshake per list, not per page, and no deep read buffer left behind."""
+        async with self.client.bulk_session() as session:
+            return await self._list_pages(session)
+
+    async def _list_pages(self, session: aiohttp.ClientSession) -> str:
         await self.handler([self._marker(SNAPSHOT_BEGIN)])
         token = ""
         while True:
@@ -233,7 +268,7 @@ class Reflector:
                 page = await self.client.get(
                     self.kind.path(self.namespace),
                     params=params,
-                    bulk=True,
+                    session=session,
                     accept=META_LIST if self.metadata_only else None,
                 )
             except APIError as e:
@@ -243,7 +278,7 @@ class Reflector:
                     continue
                 raise
             items = page.get("items") or []
-            await self.handler([self._encode(ADDED, self._typed(item), None) for item in items])
+            await self.handler([self._listed(item) for item in items])
             meta = page.get("metadata") or {}
             token = meta.get("continue") or ""
             if not token:
@@ -252,11 +287,17 @@ class Reflector:
                 return rv
             del page, items
 
-    async def _watch(self) -> int:
+    async def _watch(self, initial: bool = False) -> int:
         """Follow the stream until it ends; return how many events were delivered.
 
         The resume point moves only after the handler has taken a batch, so an event the handler
         did not accept is seen again after a restart.
+
+        `initial`: a streamed list, as client-go's WatchList: the server sends the current objects
+        as ADDED events, then a bookmark annotated `k8s.io/initial-events-end` whose version ends
+        the snapshot (SNAPSHOT_END), and the same stream goes on as the watch. Object bytes pass
+        through as the server wrote them. A server that refuses the parameters, or ignores them
+        (no such bookmark before other events), raises _NoWatchList: the caller lists in pages.
         """
         timeout = random.randint(*self.watch_timeout)
         started = asyncio.get_running_loop().time()
@@ -267,18 +308,45 @@ class Reflector:
             "resourceVersion": self.resource_version or "",
             "timeoutSeconds": str(timeout),
         }
+        if initial:
+            params.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan", resourceVersion="")
         delivered = 0
         self._resumed_from = _number(self.resource_version)
         self._stream_started = asyncio.get_running_loop().time()
-        async with self.client.stream(
-            "GET",
-            self.kind.path(self.namespace),
-            params=params,
-            accept=META_ONE if self.metadata_only else None,
-            read_timeout=min(self.idle_timeout, timeout + READ_SLACK),
-        ) as resp:
+        self._initial = False
+        budget = contextlib.AsyncExitStack()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(budget.aclose)
+            stack.callback(setattr, self, "_initial", False)  # however the stream ends
+            session = None
+            if initial:
+                # The snapshot's objects are in flight until its end: inside the list budget. They
+                # travel on a connection of their own, which closes when this stream ends (its
+                # read buffer grew as deep as the snapshot's reads; see KubeClient.__init__); the
+                # watches after it go back to the shared pool.
+                await budget.enter_async_context(self.budget())
+                session = await stack.enter_async_context(self.client.bulk_session())
+            try:
+                resp = await stack.enter_async_context(
+                    self.client.stream(
+                        "GET",
+                        self.kind.path(self.namespace),
+                        params=params,
+                        accept=META_ONE if self.metadata_only else None,
+                        read_timeout=min(self.idle_timeout, timeout + READ_SLACK),
+                        session=session,
+                    )
+                )
+            except APIError as e:
+                if initial and e.status in (400, 422):
+                    raise _NoWatchList(f"the server refused a streamed list ({e.status}: {e.message})") from None
+                raise
             self.failures = 0  # the server accepted the watch: this kind is making progress again
-            self.on_state("watching", "")
+            if initial:
+                self._initial = True
+                await self.handler([self._marker(SNAPSHOT_BEGIN)])
+            else:
+                self.on_state("watching", "")
             pending = b""
             chunks = resp.content.iter_any().__aiter__()
             while True:
@@ -307,19 +375,47 @@ class Reflector:
                 if b"\n" not in chunk:
                     continue
                 *lines, pending = pending.split(b"\n")
+                was_initial = self._initial
                 events, error, rv = self._decode(lines)
-                if events:
+                if was_initial:
+                    delivered += await self._initial_events(events, budget)
+                elif events:
                     await self.handler(events)
                     delivered += len(events)
                     self.last_event_at = time.time()
-                if rv:
+                if rv and not self._initial:
                     self.resource_version = rv
                 if error is not None:
                     raise error
+            if self._initial:
+                self._initial = False
+                raise _NoWatchList("the server ended a streamed list without its initial-events-end bookmark")
         self.resumes += 1  # the server ended the watch: resume
         # Ended by its timeout (give or take the server's own rounding), or sooner: a server going away.
         self._suspect = asyncio.get_running_loop().time() - started < timeout * 0.9
         return delivered
+
+    async def _initial_events(self, events: list[ObjectEvent], budget: contextlib.AsyncExitStack) -> int:
+        """Hand on a streamed list's events: the snapshot's ADDED ones, its SNAPSHOT_END (alone in
+        its batch, as a paged list sends it), then the watch's first changes."""
+        end = next((i for i, e in enumerate(events) if e.type == SNAPSHOT_END), None)
+        if end is None:
+            if events:
+                await self.handler(events)
+            return len(events)
+        if end:
+            await self.handler(events[:end])
+        await self.handler([events[end]])
+        self.resource_version = events[end].resource_version
+        self._last_list = asyncio.get_running_loop().time()
+        self.synced.set()
+        await budget.aclose()
+        self.on_state("watching", "")
+        rest = events[end + 1 :]
+        if rest:
+            await self.handler(rest)
+            self.last_event_at = time.time()
+        return len(events) - 1
 
     def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None, str]:
         """Events of complete lines, the error that ends the stream if one came, and the last version."""
@@ -338,6 +434,16 @@ class Reflector:
                     "%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified, len(line)
                 )
                 continue
+            if self._initial and (type_ in (MODIFIED, DELETED) or type_ == "BOOKMARK"):
+                meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+                if type_ == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                    self._initial = False
+                    rv = str(meta.get("resourceVersion") or "")
+                    out.append(self._marker(SNAPSHOT_END, rv))
+                    continue
+                # A server that ignored sendInitialEvents: it sent the state as of now, then went on.
+                self._initial = False
+                return out, _NoWatchList(f"the server sent a {type_} before the end of a streamed list"), ""
             if type_ in CHANGES and isinstance(obj, dict):
                 prefix = b'{"type":"' + type_.encode() + b'","object":'
                 raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
