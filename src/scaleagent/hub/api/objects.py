@@ -308,7 +308,27 @@ _PEER_QUEUE = 10_000
 slow, and its stream ends with an error as a local one does (SubscriptionOverflow)."""
 
 
+_FRAMES_KEPT = 1024
+_frames: dict[Any, bytes] = {}
+"""Frames encoded lately, by change: every watcher of a change is handed the same Change, so it
+is encoded once for all of them, not once per watcher. A frame depends on nothing but its change
+(a frozen dataclass, compared by value), so a hit is always right; the memo is emptied when full."""
+
+
 def _frame(change: Any) -> bytes:
+    try:
+        frame = _frames.get(change)
+    except TypeError:  # not hashable: encode it each time
+        return _encode(change)
+    if frame is None:
+        frame = _encode(change)
+        if len(_frames) >= _FRAMES_KEPT:
+            _frames.clear()
+        _frames[change] = frame
+    return frame
+
+
+def _encode(change: Any) -> bytes:
     doc = {
         "account": change.account,
         "type": change.type,
@@ -441,24 +461,25 @@ async def _gathered_sse(deps: ApiDeps, subscription: Any, request: Request, visi
 
 
 async def _sse(subscription: Any, request: Request, visible: Any, valid: _LoginCheck) -> Any:
+    """This replica's changes: what piled up since the last write goes out as one write."""
     async with subscription:
-        iterator = subscription.__aiter__()
         while True:
             try:
-                change = await asyncio.wait_for(iterator.__anext__(), HEARTBEAT_SECONDS)
-            except TimeoutError:
+                changes = await subscription.batch(HEARTBEAT_SECONDS)
+            except SubscriptionOverflow as e:
+                yield _error_frame(str(e))
+                return
+            if changes is None:
+                return
+            if not changes:
                 if await request.is_disconnected():
                     return
                 yield b": heartbeat\n\n"
                 continue
-            except StopAsyncIteration:
-                return
-            except SubscriptionOverflow as e:
-                yield b"event: error\ndata: " + orjson.dumps({"message": str(e)}) + b"\n\n"
-                return
-            if not visible(change.account):
+            frames = [_frame(change) for change in changes if visible(change.account)]
+            if not frames:
                 continue
             if await valid.revoked():  # checked before a change goes out, not after
                 yield _error_frame(valid.ENDED)
                 return
-            yield _frame(change)
+            yield frames[0] if len(frames) == 1 else b"".join(frames)
