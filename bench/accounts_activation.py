@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -34,6 +35,35 @@ def call(url: str, method: str, body: object) -> tuple[int, object]:
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, json.loads(r.read())
+
+
+class _Hub(Hub):
+    """The benchmark hub, with the kubesim kubeconfig directory allowed for `kubeconfigFile`
+    (plain file paths are refused unless the operator lists their directory)."""
+
+    def __init__(self, tmp: Path, pki: dict[str, Path], kube_dir: Path) -> None:
+        import yaml
+
+        config = tmp / "hub.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "server": {"grpcPort": 0, "httpPort": 0},
+                    "tls": {"certFile": str(pki["cert"]), "keyFile": str(pki["key"])},
+                    "database": {"url": f"sqlite:///{tmp / 'hub.db'}"},
+                    "dynamicAccounts": {"kubeconfigDirectories": [str(kube_dir)]},
+                }
+            )
+        )
+        Proc.__init__(self, ["hub", "--config", str(config)])
+        m = self.wait_line(r"gRPC on \S+:(\d+), HTTP on (http://\S+)")
+        self.grpc_port, self.url = int(m.group(1)), m.group(2)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: on a shared machine, a steadier figure than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_round(
@@ -80,7 +110,7 @@ def main() -> None:
         hub = agent = None
         try:
             _wait_file(tmp / "kube" / f"kubesim-{args.clusters - 1}-limited.yaml")
-            hub = Hub(tmp, pki)
+            hub = _Hub(tmp, pki, tmp / "kube")
             agent = Agent(tmp, hub, pki, [])
             _wait_agent(hub)
             kubeconfigs = [tmp / "kube" / f"kubesim-{i}.yaml" for i in range(args.clusters)]
@@ -90,7 +120,10 @@ def main() -> None:
                 f"median of {args.rounds} rounds ({machine()})"
             )
             for n in args.accounts:
+                procs = {"kubesim": kubesim, "hub": hub, "agent": agent}
+                before = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
                 rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}") for r in range(args.rounds)]
+                cpu = {name: (cpu_seconds(proc.pid) - before[name]) / args.rounds for name, proc in procs.items()}
                 totals = [r[1] for r in rounds]
                 answers = [r[0] for r in rounds]
                 firsts = [r[2][0] for r in rounds]
@@ -99,6 +132,10 @@ def main() -> None:
                     f"  {n:4d} account(s): all ACTIVE {median(totals):6.2f} s (rounds: "
                     f"{', '.join(f'{t:.2f}' for t in totals)}); first ACTIVE {median(firsts):.2f} s, "
                     f"median account {median(medians):.2f} s; PATCH answered in {median(answers) * 1000:.0f} ms"
+                )
+                print(
+                    "        CPU per round (includes the deletion): "
+                    + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in cpu.items())
                 )
         finally:
             for proc in (agent, hub, kubesim):

@@ -25,7 +25,7 @@ from typing import Any
 from ..kube.client import KubeClient, RetryPolicy
 from ..kube.concurrency import all_or_first_error
 from ..kube.credentials import load_credentials, service_account_namespace
-from ..kube.discovery import KindInfo, discover, follow_once, readable, readable_in, select_kinds
+from ..kube.discovery import KindInfo, SharedAnswers, discover, follow_once, readable, readable_in, select_kinds
 from ..kube.errors import APIError, ClusterReplaced, CredentialsError, Forbidden, KubeError
 from ..kube.events import ObjectEvent
 from ..kube.operations import ClusterOperations
@@ -99,6 +99,10 @@ class AccountRunner:
     settings: EngineSettings
     sink: Sink
     budget: Budget
+    # Discovery and access reviews shared with the agent's other accounts of the same server and
+    # identity (AccountManager gives them one): activating a hundred accounts of a cluster at once
+    # asks it once per question, not a hundred times.
+    shared: SharedAnswers = field(default_factory=SharedAnswers)
     state: str = CONNECTING
     reason: str = ""
     host: str = ""
@@ -124,6 +128,7 @@ class AccountRunner:
     _identity_check: asyncio.Future[tuple[str, str]] | None = None
     _restarting: asyncio.Task[None] | None = None
     _not_watching_described: set[str] = field(default_factory=set)  # as the hub last heard it
+    _fresh: bool = False  # rediscover() asked: the next discovery asks the server, not the shared answers
 
     @property
     def retries(self) -> RetryReport:
@@ -158,7 +163,9 @@ class AccountRunner:
         self._discovery_error = ""
 
     def rediscover(self) -> None:
-        """Run discovery now rather than at the next interval."""
+        """Run discovery now rather than at the next interval, with answers fresh from the server
+        (whoever asks for it expects a change made since to be seen)."""
+        self._fresh = True
         self._wake.set()
 
     def _set(self, state: str, reason: str) -> None:
@@ -369,16 +376,19 @@ class AccountRunner:
 
     async def _reconcile(self) -> None:
         assert self._client is not None
-        found = await discover(self._client, concurrency=REQUEST_PARALLELISM)
+        shared = None if self._fresh else self.shared
+        self._fresh = False
+        found = await discover(self._client, concurrency=REQUEST_PARALLELISM, shared=shared)
         self.discovery_failures = found.failed
         wanted = self._wanted(found.kinds)
         checks = [key for key in wanted if key not in self.watches]
-        limit = asyncio.Semaphore(REQUEST_PARALLELISM)
+        # readable() asks list and watch at once: two requests per kind checked.
+        limit = asyncio.Semaphore(max(1, REQUEST_PARALLELISM // 2))
         client = self._client
 
         async def check(key: tuple[KindInfo, str | None]) -> tuple[tuple[KindInfo, str | None], bool, str]:
             async with limit:
-                ok, why = await readable(client, key[0], key[1])
+                ok, why = await readable(client, key[0], key[1], shared)
             return key, ok, why
 
         skipped = {alias: f"the same objects as {kept}, which is followed" for alias, kept in self._aliases.items()}
@@ -386,7 +396,7 @@ class AccountRunner:
             if not ok:
                 skipped[_label(*key)] = why
         denied = [k for k, ns in wanted if ns is None and k.namespaced and _label(k, ns) in skipped]
-        by_namespace = await self._readable_namespaces(denied) if denied else {}
+        by_namespace = await self._readable_namespaces(denied, shared) if denied else {}
         for kind, namespaces in by_namespace.items():
             if namespaces:
                 skipped[_label(kind, None)] += f"; followed in the namespaces it may read: {', '.join(namespaces)}"
@@ -401,7 +411,9 @@ class AccountRunner:
         self.skipped = skipped
         self.sink.describe(self.description())
 
-    async def _readable_namespaces(self, kinds: list[KindInfo]) -> dict[KindInfo, list[str]]:
+    async def _readable_namespaces(
+        self, kinds: list[KindInfo], shared: SharedAnswers | None = None
+    ) -> dict[KindInfo, list[str]]:
         """For kinds the identity may not read cluster-wide: the namespaces where it may.
 
         A user allowed to read Secrets only in its own namespaces still has those followed,
@@ -429,7 +441,7 @@ class AccountRunner:
 
         async def check(namespace: str) -> tuple[str, set[KindInfo]]:
             async with limit:
-                return namespace, await readable_in(client, kinds, namespace)
+                return namespace, await readable_in(client, kinds, namespace, shared)
 
         out: dict[KindInfo, list[str]] = {k: [] for k in kinds}
         for namespace, allowed in await all_or_first_error(check(n) for n in names):
@@ -612,11 +624,14 @@ class AccountManager:
         self.settings, self.sink, self.budget = settings, sink, budget
         self.dynamic_enabled = dynamic_enabled
         self.runners: dict[str, AccountRunner] = {}
+        # An answer shared for at most half a discovery interval: each periodic discovery still
+        # sees the rights and kinds of the moment, give or take that.
+        self.shared = SharedAnswers(ttl=min(5.0, settings.discovery_interval / 2))
 
     def add(self, config: Any) -> AccountRunner:
         if config.name in self.runners:
             raise ValueError(f"account {config.name!r} is already followed")
-        runner = AccountRunner(config, self.settings, self.sink, self.budget)
+        runner = AccountRunner(config, self.settings, self.sink, self.budget, self.shared)
         self.runners[config.name] = runner
         runner.start()
         return runner

@@ -22,6 +22,7 @@ import binascii
 import contextlib
 import copy
 import datetime
+import hashlib
 import os
 import ssl
 import tempfile
@@ -48,6 +49,10 @@ class Credentials:
     server_hostname: str | None
     source: str
     _configuration: Any = field(repr=False)
+    # Who these credentials authenticate as, at which server (a digest of the server, the CA and the
+    # client certificate; a bearer token is read apart, it may rotate): accounts with equal
+    # identities and tokens get the same discovery and access-review answers. Empty: unknown.
+    identity: str = field(default="", repr=False)
     _checked: float = field(default=0.0, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
@@ -209,7 +214,24 @@ def _finish(cfg: Any, source: str, embedded: _Embedded | None = None) -> Credent
         server_hostname=getattr(cfg, "tls_server_name", None),
         source=source,
         _configuration=cfg,
+        identity=_identity(cfg, host, embedded or _Embedded()),
     )
+
+
+def _identity(cfg: Any, host: str, embedded: _Embedded) -> str:
+    """A digest of what, besides a bearer token, says who is asking where (see Credentials.identity)."""
+    digest = hashlib.sha256()
+    for part in (
+        host.rstrip("/"),
+        str(getattr(cfg, "tls_server_name", None) or ""),
+        str(bool(cfg.verify_ssl)),
+        embedded.ca or str(cfg.ssl_ca_cert or ""),
+        embedded.cert or str(cfg.cert_file or ""),
+        embedded.key or str(cfg.key_file or ""),
+    ):
+        data = part if isinstance(part, bytes) else part.encode()
+        digest.update(len(data).to_bytes(8, "big") + data)
+    return digest.hexdigest()
 
 
 def _load_kubeconfig(path: Path, context: str | None) -> Credentials:

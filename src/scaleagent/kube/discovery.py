@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from .client import KubeClient
 from .concurrency import all_or_first_error
 from .errors import APIError, KubeError
 
+T = TypeVar("T")
 LIST_WATCH = frozenset({"list", "watch"})
 
 
@@ -76,14 +79,20 @@ def _group_versions(group: dict) -> list[str]:
     return versions
 
 
-async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
+async def discover(client: KubeClient, concurrency: int = 8, shared: SharedAnswers | None = None) -> Discovery:
     """Every listable and watchable kind, each at the first version of its group that serves it.
 
     As client-go's ServerPreferredResources: the preferred version of each group first, then the
     others, so a kind served only at an older version (CronJob in batch/v1beta1 on 1.20, or one
     CRD of a group whose other CRDs have moved on) is found too, and a kind served at several
-    versions is followed once, at the preferred one.
+    versions is followed once, at the preferred one. With `shared`, accounts asking the same
+    server as the same identity share one discovery.
     """
+    if shared is not None:
+        who = await _asker(client)
+        key = None if who is None else ("discover", who)
+        found = await shared.get(key, lambda: discover(client, concurrency))
+        return Discovery(list(found.kinds), dict(found.failed))  # each account its own, to keep
     core = await client.get("/api")
     groups = await client.get("/apis")
     wanted: list[tuple[str, str, str]] = [("", v, f"/api/{v}") for v in (core.get("versions") or ["v1"])[:1]]
@@ -110,6 +119,69 @@ async def discover(client: KubeClient, concurrency: int = 8) -> Discovery:
                 seen.add((k.group, k.plural))
                 kinds.append(k)
     return Discovery(sorted(kinds), failed)
+
+
+class SharedAnswers:
+    """Discovery and access-review answers shared by accounts asking the same server as the same
+    identity: a hundred accounts of one cluster activated together ask once, not a hundred times.
+
+    An answer being computed is shared with whoever asks meanwhile; a finished one is reused for
+    `ttl` seconds (rights and CRDs that change are seen at the next discovery after that). A
+    failure is not kept: each asker gets it, and the next question asks the server again. Bounded
+    by the distinct questions of the last `ttl` seconds; older ones are dropped as new ones come.
+    """
+
+    def __init__(self, ttl: float = 5.0) -> None:
+        self.ttl = ttl
+        self._answers: dict[Hashable, tuple[float, asyncio.Future[Any]]] = {}
+        self.asked = 0  # questions that went to a server (the others were shared)
+
+    async def get(self, key: Hashable | None, ask: Callable[[], Awaitable[T]]) -> T:
+        """`ask()`'s answer, or the one a peer got (or is getting) for the same key. key None: never shared."""
+        if key is None or self.ttl <= 0:
+            self.asked += 1
+            return await ask()
+        now = time.monotonic()
+        held = self._answers.get(key)
+        if held is None or (held[1].done() and (now - held[0] > self.ttl or _failed(held[1]))):
+            self._prune(now)
+            self.asked += 1
+            future: asyncio.Future[Any] = asyncio.ensure_future(ask())
+            future.add_done_callback(_retrieve)
+            self._answers[key] = (now, future)
+            # shield: one asker cancelled (its account stopped) does not cancel the others' answer
+            return await asyncio.shield(future)
+        try:
+            return await asyncio.shield(held[1])
+        except Exception:
+            # The peer's request failed: maybe its own connection (its account stopped and closed
+            # it). Ask on ours rather than take another account's failure for this one's.
+            self.asked += 1
+            return await ask()
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k, (at, f) in self._answers.items() if f.done() and now - at > self.ttl]:
+            del self._answers[key]
+
+
+def _failed(future: asyncio.Future[Any]) -> bool:
+    return future.cancelled() or future.exception() is not None
+
+
+async def _asker(client: KubeClient) -> tuple[str, str] | None:
+    """Who asks, as SharedAnswers keys it: the credentials' identity and current token; None when
+    the credentials do not say (then nothing is shared)."""
+    credentials = getattr(client, "credentials", None)
+    identity = getattr(credentials, "identity", "")
+    if not identity or credentials is None:
+        return None
+    return identity, await credentials.authorization() or ""
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a failure as seen: when no one is left to await it, asyncio would log it as lost."""
+    if not future.cancelled():
+        future.exception()
 
 
 # Resources that share one storage, for servers that do not publish storageVersionHash.
@@ -178,8 +250,15 @@ def select_kinds(
     return selected, unmatched
 
 
-async def may(client: KubeClient, verb: str, kind: KindInfo, namespace: str | None) -> tuple[bool, str]:
-    """A SelfSubjectAccessReview: may this identity do `verb` on the kind (in the namespace)?"""
+async def may(
+    client: KubeClient, verb: str, kind: KindInfo, namespace: str | None, shared: SharedAnswers | None = None
+) -> tuple[bool, str]:
+    """A SelfSubjectAccessReview: may this identity do `verb` on the kind (in the namespace)?
+    With `shared`, one review answers every account asking the same as the same identity."""
+    if shared is not None:
+        who = await _asker(client)
+        key = None if who is None else ("may", who, verb, kind.group, kind.plural, namespace)
+        return await shared.get(key, lambda: may(client, verb, kind, namespace))
     attrs = {"verb": verb, "group": kind.group, "resource": kind.plural}
     if namespace:
         attrs["namespace"] = namespace
@@ -203,10 +282,13 @@ async def may(client: KubeClient, verb: str, kind: KindInfo, namespace: str | No
     )
 
 
-async def readable(client: KubeClient, kind: KindInfo, namespace: str | None) -> tuple[bool, str]:
-    """Both list and watch are needed to follow a kind."""
-    for verb in ("list", "watch"):
-        ok, why = await may(client, verb, kind, namespace)
+async def readable(
+    client: KubeClient, kind: KindInfo, namespace: str | None, shared: SharedAnswers | None = None
+) -> tuple[bool, str]:
+    """Both list and watch are needed to follow a kind. Both are asked at once (one round trip of
+    latency, not two); a denied list is the reason given when both are denied."""
+    answers = await all_or_first_error(may(client, verb, kind, namespace, shared) for verb in ("list", "watch"))
+    for ok, why in answers:
         if not ok:
             return False, why
     return True, ""
@@ -224,13 +306,20 @@ def _rule_allows(rule: dict, verb: str, kind: KindInfo) -> bool:
     )
 
 
-async def readable_in(client: KubeClient, kinds: list[KindInfo], namespace: str) -> set[KindInfo]:
+async def readable_in(
+    client: KubeClient, kinds: list[KindInfo], namespace: str, shared: SharedAnswers | None = None
+) -> set[KindInfo]:
     """Which of the kinds the identity may list and watch in the namespace.
 
     One SelfSubjectRulesReview answers for every kind at once; where the review says its answer
     is incomplete (an authorizer that cannot list rules, such as a webhook), each kind is asked
-    with access reviews instead.
+    with access reviews instead. With `shared`, accounts asking the same as the same identity
+    share one answer.
     """
+    if shared is not None:
+        who = await _asker(client)
+        key = None if who is None else ("rules", who, namespace, frozenset(kinds))
+        return set(await shared.get(key, lambda: readable_in(client, kinds, namespace)))
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectRulesReview",
@@ -256,6 +345,7 @@ __all__ = [
     "Discovery",
     "KindInfo",
     "KubeError",
+    "SharedAnswers",
     "discover",
     "follow_once",
     "may",
