@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -74,3 +75,36 @@ def percentiles(xs: list[float], *ps: float) -> list[float]:
     """Nearest-rank percentiles (0 < p <= 100) of xs."""
     s = sorted(xs)
     return [s[min(len(s) - 1, max(0, int(-(-len(s) * p // 100)) - 1))] for p in ps] if s else [float("nan")] * len(ps)
+
+
+# Benchmarks that compare this tree with an earlier version of one module read it from git:
+# SCALE_AGENT_BENCH_BASE names the revision (default HEAD, i.e. the tree's uncommitted changes
+# against the last commit; docs/benchmarks.md gives the revision each recorded figure used).
+BASE_ENV = "SCALE_AGENT_BENCH_BASE"
+
+
+def baseline_name() -> str:
+    return f"git {os.environ.get(BASE_ENV, 'HEAD')}"
+
+
+def load_baseline_module(relpath: str, name: str) -> Any:
+    """The module at `relpath` (under src/) as it was at the baseline revision, imported under
+    `name`; None without git or when the file did not exist then."""
+    import importlib.util
+    import tempfile
+
+    rev = os.environ.get(BASE_ENV, "HEAD")
+    root = Path(__file__).resolve().parent.parent
+    try:
+        src = subprocess.run(["git", "show", f"{rev}:src/{relpath}"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="scaleagent-bench-base-"))
+    path = folder / Path(relpath).name
+    path.write_bytes(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

@@ -1,4 +1,6 @@
-"""Hub ingest: events per second through ``Cache.apply``, this tree against git HEAD.
+"""Hub ingest: events per second through ``Cache.apply``, this tree against a baseline.
+
+The baseline is the revision SCALE_AGENT_BENCH_BASE names (default git HEAD).
 
 Feeds a fresh cache N ConfigMaps (3-5 labels, 0.5-2 KB; the events of bench/hub_serving.py) as
 ADDED in batches of --batch, then the same objects again as MODIFIED with a new
@@ -18,7 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median
+from common import baseline_name, machine, median
 from hub_serving import events, head_cache
 
 from scaleagent.hub.cache.cache import Cache
@@ -39,7 +41,7 @@ def main() -> None:
     classes = {"this tree": Cache}
     head = head_cache()
     if head is not None:
-        classes["git HEAD"] = head
+        classes[baseline_name()] = head
     rates: dict[str, dict[str, list[float]]] = {k: {"ADDED": [], "MODIFIED": []} for k in classes}
     for _ in range(a.rounds):
         for label, cls in classes.items():

@@ -3,8 +3,8 @@
 The REST endpoint answers a kind (or a kind in a namespace) with the cached JSON bytes joined
 into a List, so the least any query can cost is that byte join. This bench fills a cache with N
 ConfigMaps (3-5 labels, 0.5-2 KB, spread over namespaces) and times, interleaved, for the whole
-kind and for one namespace: this tree's ``Cache.query``, git HEAD's ``Cache.query`` (the file is
-read with ``git show`` when the checkout has git), ``b",".join`` of the same objects, and
+kind and for one namespace: this tree's ``Cache.query``, the baseline's (the revision named by
+SCALE_AGENT_BENCH_BASE, default git HEAD, read with ``git show``), ``b",".join`` of the same objects, and
 ``orjson.dumps`` of them parsed (what a server that keeps dicts would pay). Medians of --rounds.
 
     .venv/bin/python bench/hub_serving.py --objects 1000 --rounds 15
@@ -13,9 +13,7 @@ read with ``git show`` when the checkout has git), ``b",".join`` of the same obj
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median
+from common import baseline_name, load_baseline_module, machine, median
 
 from scaleagent.hub.cache.cache import Cache
 from scaleagent.protocol.v1 import agent_pb2 as pb
@@ -34,21 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def head_cache() -> Any:
-    """git HEAD's Cache class, or None without git."""
-    try:
-        src = subprocess.run(
-            ["git", "show", "HEAD:src/scaleagent/hub/cache/cache.py"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    path = Path("/tmp/scaleagent_head_cache.py")
-    path.write_bytes(src)
-    spec = importlib.util.spec_from_file_location("scaleagent.hub.cache._head_cache", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.Cache
+    """The baseline's Cache class (SCALE_AGENT_BENCH_BASE, default git HEAD), or None without git."""
+    module = load_baseline_module("scaleagent/hub/cache/cache.py", "scaleagent.hub.cache._base_cache")
+    return None if module is None else module.Cache
 
 
 def events(n: int, namespaces: int, seed: int = 1) -> list[SimpleNamespace]:
@@ -105,7 +91,7 @@ def main() -> None:
     caches = {"query (this tree)": Cache()}
     Head = head_cache()
     if Head is not None:
-        caches["query (git HEAD)"] = Head()
+        caches[f"query ({baseline_name()})"] = Head()
     for c in caches.values():
         c.apply("acct", evs)
     one_ns = "team-0"

@@ -110,6 +110,10 @@ def config_map(account: str, j: int) -> bytes:
     ).encode()
 
 
+# seconds a session waits for the hub's Welcome before the bench gives it up
+WELCOME_WAIT = 60.0
+
+
 class Session:
     """One simulated agent: its own channel, its Caching and Operations streams."""
 
@@ -157,7 +161,12 @@ class Session:
                 )
             )
         )
-        first = await asyncio.wait_for(self.caching.read(), 60)
+        try:
+            first = await asyncio.wait_for(self.caching.read(), WELCOME_WAIT)
+        except TimeoutError:
+            # The bench then cancels the call itself: the hub logs a session cancelled by its
+            # client. Said here so that a lost session is never of unknown cause again.
+            raise RuntimeError(f"no Welcome within {WELCOME_WAIT:.0f} s (the bench cancelled the call)") from None
         if first is grpc.aio.EOF or first.WhichOneof("message") != "welcome":
             raise RuntimeError(f"{self.agent_id}: no Welcome but {first!r}")
         self.session_id = first.welcome.session_id
@@ -419,7 +428,13 @@ async def bench(args: argparse.Namespace) -> None:
                         await s.open()
                         opened.append(time.monotonic())
                     except Exception as e:  # one refused session is a figure, not the end of the run
-                        failures.append(f"{s.agent_id}: {type(e).__name__}: {e}")
+                        if isinstance(e, grpc.aio.AioRpcError):
+                            why = f"gRPC {e.code().name}: {e.details()}"
+                        else:
+                            why = f"{type(e).__name__}: {e}"
+                        failures.append(f"{s.agent_id}: {why}")
+                        # as it happens, with the time: the cause is whatever was going on then
+                        print(f"[{time.monotonic() - t0:7.1f} s] {s.agent_id} failed to open: {why}", file=sys.stderr)
 
             t0 = time.monotonic()
             own0 = time.process_time()

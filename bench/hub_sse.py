@@ -9,8 +9,9 @@ records when each resourceVersion was applied. A reader process opens --watchers
 and records when each resourceVersion arrived on each; latency = read - apply (time.monotonic is
 system-wide). The first --warmup seconds are not counted.
 
---path runs this tree's generator and git HEAD's (read with ``git show``), interleaved, --rounds
-each; medians of the rounds' p50/p99 are printed per path.
+--path runs this tree's generator and the baseline's (the revision SCALE_AGENT_BENCH_BASE names,
+default git HEAD, read with ``git show``), interleaved, --rounds each;
+medians of the rounds' p50/p99 are printed per path.
 
     .venv/bin/python bench/hub_sse.py --watchers 50 --rate 1000 --seconds 10 --rounds 2
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import importlib.util
 import json
 import os
 import re
@@ -36,23 +36,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median, percentiles
+from common import load_baseline_module, machine, median, percentiles
 
 ROOT = Path(__file__).resolve().parent.parent
 RV = re.compile(rb'"name":"[^"]*","resourceVersion":"(\d+)"')
 
 
 def head_objects() -> Any:
-    src = subprocess.run(
-        ["git", "show", "HEAD:src/scaleagent/hub/api/objects.py"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    path = Path(f"/tmp/scaleagent_head_objects_{os.getpid()}.py")
-    path.write_bytes(src)
-    spec = importlib.util.spec_from_file_location("scaleagent.hub.api._head_objects", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    """The baseline's hub/api/objects.py (SCALE_AGENT_BENCH_BASE, default git HEAD)."""
+    module = load_baseline_module("scaleagent/hub/api/objects.py", "scaleagent.hub.api._base_objects")
+    if module is None:
+        raise SystemExit("the baseline's hub/api/objects.py cannot be read from git")
     return module
 
 

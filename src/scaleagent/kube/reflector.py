@@ -36,6 +36,9 @@ StateCallback = Callable[[str, str], None]
 META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 META_ONE = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 CHANGES = {ADDED, MODIFIED, DELETED}
+# How a watch line of each change starts, as the apiserver writes it: what follows, up to the
+# line's closing brace, is the object's own JSON, handed on without encoding it again.
+_LINE_PREFIX = {t: b'{"type":"' + t.encode() + b'","object":' for t in CHANGES}
 SHORT_WATCH = 1.0  # seconds: a watch that ends sooner with nothing delivered counts as a failure
 RELIST_SPACING = 5.0  # seconds: a relist sooner than this after the previous one waits for backoff
 HEALTHY_STREAM = 60.0  # seconds: a stream that broke after serving this long resets the backoff
@@ -422,6 +425,8 @@ class Reflector:
         out: list[ObjectEvent] = []
         rv = ""
         read_at = time.time()  # these lines arrived together
+        plain = not self.metadata_only and self.transform is None
+        account, kind, resumed_from = self.account, self.kind, self._resumed_from
         for line in lines:
             line = line.strip()
             if not line:
@@ -444,13 +449,34 @@ class Reflector:
                 # A server that ignored sendInitialEvents: it sent the state as of now, then went on.
                 self._initial = False
                 return out, _NoWatchList(f"the server sent a {type_} before the end of a streamed list"), ""
-            if type_ in CHANGES and isinstance(obj, dict):
-                prefix = b'{"type":"' + type_.encode() + b'","object":'
+            prefix = _LINE_PREFIX.get(type_)
+            if prefix is not None and type(obj) is dict:
                 raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
-                event = self._encode(type_, obj, raw)
-                event.read_at = read_at
+                if plain:
+                    # The common case, inlined (this loop runs once per change): the object's own
+                    # bytes, its metadata, and the check that versions only move forward.
+                    meta = obj.get("metadata") or {}
+                    event_rv = meta.get("resourceVersion", "")
+                    event = ObjectEvent(
+                        account,
+                        kind.group,
+                        kind.version,
+                        kind.kind,
+                        meta.get("namespace", ""),
+                        meta.get("name", ""),
+                        meta.get("uid", ""),
+                        event_rv,
+                        type_,
+                        raw if raw is not None else orjson.dumps(obj),
+                        read_at,
+                    )
+                    if resumed_from is not None and event_rv.isdigit() and int(event_rv) < resumed_from:
+                        self._check_forward(event_rv)  # raises ClusterReplaced, with the reason
+                else:
+                    event = self._encode(type_, obj, raw)
+                    event.read_at = read_at
+                    self._check_forward(event.resource_version)
                 rv = event.resource_version or rv
-                self._check_forward(event.resource_version)
                 out.append(event)
             elif type_ == "BOOKMARK" and isinstance(obj, dict):
                 rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
