@@ -1,0 +1,139 @@
+"""Hub ingest over the agents' link: events per second a real hub takes from one agent stream.
+
+bench/hub_ingest.py times `Cache.apply` alone; this one times what an agent sees: a real `scale-agent
+hub` process (SQLite, plaintext gRPC on loopback), one simulated agent (bench/hub_sessions.py's
+session: hello, welcome, operations stream, an account described), then N ConfigMaps (3-5 labels,
+0.5-2 KB: bench/hub_serving.py's events) as ADDED and again as MODIFIED, in batches of --batch
+events with at most --window batches unacknowledged (the agent's defaults: 1,000 and 8). The
+clock runs from the first batch written to the last one acknowledged (the hub acknowledges a
+batch once it is in its cache). The hub's CPU over that time is read from /proc.
+
+The batches are encoded before the clock starts, so this process's work while timing is writing
+bytes; it runs on the other core. Medians of --rounds, each on a fresh account.
+
+    .venv/bin/python bench/hub_ingest_grpc.py --objects 100000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import cpu_seconds, machine, median, run
+from hub_serving import events as config_map_events
+from hub_sessions import Session, start_hub
+
+from scaleagent.protocol import pb
+
+
+def encoded_batches(account: str, n: int, batch: int, first_sequence: int) -> list[pb.CachingMessage]:
+    """ADDED then MODIFIED for n ConfigMaps, as the agent would send them, sequenced from first_sequence."""
+    adds = config_map_events(n, 20)
+    out: list[pb.CachingMessage] = []
+    seq = first_sequence
+    for type_, offset in ((pb.ADDED, 0), (pb.MODIFIED, n)):
+        for i in range(0, n, batch):
+            msg = pb.CachingMessage()
+            msg.events.sequence = seq
+            seq += 1
+            for j, e in enumerate(adds[i : i + batch]):
+                ev = msg.events.events.add()
+                ev.type = type_
+                ev.account = account
+                ev.version = "v1"
+                ev.kind = "ConfigMap"
+                ev.namespace = e.namespace
+                ev.name = e.name
+                ev.resource_version = str(1000 + offset + i + j)
+                ev.object = e.object
+            out.append(msg)
+    return out
+
+
+class IngestSession(Session):
+    """The simulated agent, whose reader also frees a window slot per acknowledged batch."""
+
+    def __init__(self, i: int, target: str, window: int) -> None:
+        super().__init__(i, target, 0)
+        self.slots = asyncio.Semaphore(window)
+        self.acked_sequence = 0
+        self.waiting_for = 0
+        self.all_acked = asyncio.Event()
+        self.first_ack = asyncio.Event()
+
+    async def _read(self) -> None:
+        assert self.caching is not None
+        while True:
+            msg = await self.caching.read()
+            if msg is grpc.aio.EOF:
+                self.ended = "the hub ended the Caching stream"
+                self.all_acked.set()  # and the round fails below
+                return
+            if msg.WhichOneof("message") != "ack":
+                continue
+            if self.acked_sequence:  # sequence 1 (the empty snapshot) was not written through a slot
+                for _ in range(msg.ack.sequence - self.acked_sequence):
+                    self.slots.release()
+            self.acked_sequence = max(self.acked_sequence, msg.ack.sequence)
+            self.first_ack.set()
+            if self.waiting_for and self.acked_sequence >= self.waiting_for:
+                self.all_acked.set()
+
+
+async def one_round(target: str, hub_pid: int, i: int, n: int, batch: int, window: int) -> tuple[float, float]:
+    s = IngestSession(i, target, window)
+    await s.open()  # sequence 1: the (empty) snapshot
+    messages = encoded_batches(s.account, n, batch, 2)
+    await asyncio.wait_for(s.first_ack.wait(), 60)  # the empty snapshot's, before the clock starts
+    s.waiting_for = messages[-1].events.sequence
+    assert s.caching is not None
+    cpu0, t0 = cpu_seconds(hub_pid), time.perf_counter()
+    for m in messages:
+        await s.slots.acquire()
+        await s.caching.write(m)
+    await asyncio.wait_for(s.all_acked.wait(), 600)
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds(hub_pid) - cpu0
+    if s.ended:
+        raise RuntimeError(s.ended)
+    await s.close()
+    return 2 * n / elapsed, cpu / (2 * n) * 1e6
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--objects", type=int, default=100_000)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--window", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    rates: list[float] = []
+    cpus: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        hub = start_hub(tmp, f"sqlite:///{tmp / 'hub.db'}", False)
+        try:
+            for r in range(args.rounds):
+                rate, cpu = await one_round(hub.grpc_target, hub.pid, r, args.objects, args.batch, args.window)  # type: ignore[attr-defined]
+                rates.append(rate)
+                cpus.append(cpu)
+                print(f"  round {r + 1}: {rate:,.0f} events/s, hub CPU {cpu:.2f} µs/event", flush=True)
+        finally:
+            hub.stop()
+    print(
+        f"hub ingest over gRPC, {args.objects:,} ConfigMaps ADDED then MODIFIED, batches of {args.batch}, "
+        f"window {args.window}, median of {args.rounds} ({machine()})"
+    )
+    print(f"  {median(rates):,.0f} events/s   hub CPU {median(cpus):.2f} µs/event")
+
+
+if __name__ == "__main__":
+    run(main)
