@@ -19,8 +19,6 @@ from typing import Any
 
 import yaml
 
-from .hub.auth.callers import hash_token
-
 CLUSTERS = 3
 
 
@@ -139,6 +137,10 @@ class Demo:
 
     def _write_hub_config(self) -> Path:
         import trustme
+
+        # Here, not at the top: every `scale-agent` command imports this module to build its
+        # parser, and the hub's auth module costs half a second of an agent's start.
+        from .hub.auth.callers import hash_token
 
         pki = self.dir / "pki"
         pki.mkdir(exist_ok=True)

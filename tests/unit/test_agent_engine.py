@@ -76,6 +76,30 @@ def test_malformed_lines_are_skipped_not_fatal():
     assert events == [] and error is None and rv == ""
 
 
+def test_a_change_whose_body_is_not_json_is_skipped_though_its_identity_reads():
+    # Only the identity is built into Python objects; the rest of the line must still be JSON.
+    good = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5"},"spec":{"x":[1,2]}}}'
+    broken = b'{"type":"ADDED","object":{"metadata":{"name":"b","resourceVersion":"6"},"spec":{"x":[1,2,}}}'
+    events, error, rv = reflector()._decode([good, broken])
+    assert [e.name for e in events] == ["a"] and error is None and rv == "5"
+
+
+def test_a_change_whose_identity_is_not_strings_is_skipped(caplog):
+    odd = b'{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":7}}}'
+    events, error, rv = reflector()._decode([odd])
+    assert events == [] and error is None and rv == ""
+    assert "metadata.resourceVersion is not a string" in caplog.text
+
+
+def test_lines_of_another_shape_are_still_read_whole():
+    # Whitespace and key order that the apiserver does not write take the general path.
+    obj = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "8"}, "kind": "Pod"}
+    line = b'  {"object": ' + orjson.dumps(obj) + b', "type": "DELETED"}\r'
+    (e,), error, rv = reflector()._decode([line])
+    assert (e.type, e.namespace, e.name, rv) == ("DELETED", "ns", "p", "8")
+    assert orjson.loads(e.object) == obj
+
+
 def test_metadata_only_objects_are_presented_as_their_kind_and_scrubbed():
     secret = KindInfo("", "v1", "Secret", "secrets", True)
     r = Reflector(

@@ -257,6 +257,15 @@ def test_invalid_json_is_logged_once_per_account_and_kind(caplog: pytest.LogCapt
     assert len(caplog.records) == 3  # (a, Pod), (a, ConfigMap), (b, Pod)
 
 
+def test_a_body_that_is_not_json_past_its_metadata_is_rejected():
+    # Only the indexed fields are built, but the whole object must be JSON: the cache serves it.
+    c = Cache()
+    broken = b'{"metadata":{"name":"p","uid":"u","labels":{"app":"web"}},"spec":{"x":[1,}}'
+    trailing = b'{"metadata":{"name":"q"}} {}'
+    c.apply("a", [added("Pod", "p", obj=broken), added("Pod", "q", obj=trailing), added("Pod", "ok")])
+    assert names(c) == ["ok"] and c.rejected == 2
+
+
 def test_labels_that_are_not_strings_are_ignored():
     c = Cache()
     c.apply("a", [added("Pod", "p", labels={"app": "web", "n": 1, "l": [1]})])

@@ -3,6 +3,7 @@ connection (closed after the last page), and the bytes handed on equal the serve
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from types import SimpleNamespace
 
@@ -14,12 +15,30 @@ from aiohttp.test_utils import TestServer
 from scaleagent.kube.client import KubeClient
 from scaleagent.kube.credentials import Credentials
 from scaleagent.kube.discovery import KindInfo
+from scaleagent.kube.errors import APIError
 from scaleagent.kube.events import ADDED, SNAPSHOT_BEGIN, SNAPSHOT_END
 from scaleagent.kube.reflector import Reflector
 from scaleagent.kubesim.cluster import Cluster
 from scaleagent.kubesim.server import APIServer
 
 CONFIGMAPS = KindInfo("", "v1", "ConfigMap", "configmaps", True)
+
+
+class Requests(list):
+    """The client ports of the requests a server took, and a way to wait for the n-th."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grew = asyncio.Event()
+
+    def append(self, peer: tuple[str, int]) -> None:
+        super().append(peer)
+        self.grew.set()
+
+    async def reach(self, n: int) -> None:
+        while len(self) < n:
+            self.grew.clear()
+            await self.grew.wait()
 
 
 @pytest.fixture
@@ -29,7 +48,7 @@ async def served():
     token = c.add_token("admin", ("system:masters", "system:authenticated"))
     for i in range(25):
         c.create(c.rt("", "v1", "configmaps"), "default", {"metadata": {"name": f"cm-{i:02d}"}, "data": {"i": str(i)}})
-    peers: list[tuple[str, int]] = []
+    peers = Requests()
 
     @web.middleware
     async def note_peer(request: web.Request, handler):
@@ -81,3 +100,82 @@ async def test_listed_bytes_are_the_servers_objects_with_their_type(served):
         assert (obj["apiVersion"], obj["kind"]) == ("v1", "ConfigMap")
         assert {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")} == by_name[e.name]
         assert e.resource_version == by_name[e.name]["metadata"]["resourceVersion"]
+
+
+async def test_the_next_page_is_asked_for_while_this_one_is_handed_on(served):
+    # The server prepares page n+1 while the agent passes page n on: a handler that holds the
+    # first page until the second has been requested would wait forever without it.
+    c, client, peers = served
+    seen = []
+
+    async def handler(batch):
+        if batch[0].type == ADDED and not seen:
+            await peers.reach(2)
+        seen.extend(e for e in batch if e.type == ADDED)
+
+    r = Reflector(client, CONFIGMAPS, handler, account="a", page_size=10)
+    await asyncio.wait_for(r._list(), 30)
+    assert len(seen) == 25 and len(peers) == 3
+
+
+def page_server(pages: dict[str, bytes]) -> web.Application:
+    """An API server whose LIST pages are these bytes, by continue token ("" for the first)."""
+
+    async def configmaps(request: web.Request) -> web.Response:
+        return web.Response(body=pages[request.query.get("continue", "")], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/namespaces/default/configmaps", configmaps)
+    return app
+
+
+@pytest.fixture
+async def odd_pages():
+    typed = (
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"typed","resourceVersion":"3"}, "data":{"k":"v"}}'
+    )
+    pages = {
+        "": b'{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"9","continue":"p2"},"items":['
+        + typed
+        + b', {"metadata":{"name":"spaced","namespace":"default","uid":"u2","resourceVersion":"4"} , "data":{}}]}',
+        "p2": b'{"metadata":{"resourceVersion":"9"},"items":[null,{"metadata":{"name":7}},{"metadata":{"name":"last","resourceVersion":"5"}}]}',
+        "bad": b'{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{}},]}',
+    }
+    async with TestServer(page_server(pages)) as ts:
+        cfg = SimpleNamespace(api_key={}, refresh_api_key_hook=None)
+        client = KubeClient(Credentials(str(ts.make_url("")).rstrip("/"), ssl.create_default_context(), None, "t", cfg))
+        try:
+            yield client, pages, typed
+        finally:
+            await client.close()
+
+
+async def test_list_items_go_on_as_the_server_wrote_them_and_unreadable_ones_are_skipped(odd_pages, caplog):
+    client, _, typed = odd_pages
+    events = []
+
+    async def handler(batch):
+        events.extend(e for e in batch if e.type == ADDED)
+
+    rv = await Reflector(client, CONFIGMAPS, handler, account="a", namespace="default")._list()
+    assert rv == "9"
+    assert [e.name for e in events] == ["typed", "spaced", "last"]
+    assert events[0].object == typed  # a typed item (as custom resources' are): byte for byte
+    assert events[1].object == (
+        b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"spaced","namespace":"default","uid":"u2",'
+        b'"resourceVersion":"4"} , "data":{}}'
+    )  # the type spliced in front of the server's own bytes
+    assert (events[1].uid, events[1].resource_version) == ("u2", "4")
+    assert caplog.text.count("skipping a list item the agent cannot read") == 2  # null, and a name of 7
+
+
+async def test_a_page_that_is_not_json_is_a_bad_response(odd_pages):
+    client, pages, _ = odd_pages
+    pages[""] = pages["bad"]
+
+    async def handler(batch):
+        pass
+
+    with pytest.raises(APIError, match="could not be read") as e:
+        await Reflector(client, CONFIGMAPS, handler, account="a", namespace="default")._list()
+    assert e.value.reason == "BadResponse"

@@ -211,14 +211,22 @@ class KubeClient:
         content_type: str | None = None,
         bulk: bool = False,
         session: aiohttp.ClientSession | None = None,
+        decode: bool = True,
     ) -> Any:
-        """One JSON request, answered with the decoded JSON body; sent again as `retry` says."""
+        """One JSON request, answered with the decoded JSON body (`decode=False`: its bytes, for a
+        caller that decodes only what it needs); sent again as `retry` says."""
         data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
         retry = self.retry
         attempt = 0
         while True:
             try:
-                return await self._request_once(method, path, params, data, accept, content_type, bulk, session)
+                raw, status = await self._request_once(method, path, params, data, accept, content_type, bulk, session)
+                if not decode:
+                    return raw
+                try:
+                    return orjson.loads(raw) if raw else None
+                except orjson.JSONDecodeError:
+                    raise APIError(status, "BadResponse", f"{self.server}{path} answered with invalid JSON") from None
             except (ConnectionFailed, APIError) as e:
                 if retry is None or attempt >= retry.max_retries or not retry.retries(method, e):
                     raise
@@ -236,7 +244,8 @@ class KubeClient:
         content_type: str | None,
         bulk: bool,
         session: aiohttp.ClientSession | None = None,
-    ) -> Any:
+    ) -> tuple[bytes, int]:
+        """The body's bytes and the status."""
         async with self.stream(
             method,
             path,
@@ -252,10 +261,7 @@ class KubeClient:
                 raw = await resp.read()
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 raise ConnectionFailed(describe_connection_error(self.server, e)) from e
-        try:
-            return orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            raise APIError(resp.status, "BadResponse", f"{self.server}{path} answered with invalid JSON") from None
+        return raw, resp.status
 
     async def get(self, path: str, **kw: Any) -> Any:
         return await self.request("GET", path, **kw)

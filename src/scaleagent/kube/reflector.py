@@ -19,6 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
+import msgspec
 import orjson
 
 from .client import KubeClient
@@ -45,6 +46,46 @@ HEALTHY_STREAM = 60.0  # seconds: a stream that broke after serving this long re
 READ_SLACK = 30.0  # seconds beyond the watch's own timeout before a silent connection counts as dead
 IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a watch counts as dead
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation that ends a streamed list
+
+
+class _Meta(msgspec.Struct):
+    """What the agent reads of an object: its identity. Everything else is checked to be JSON
+    (msgspec validates what it skips) and passed on as the server's own bytes."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class _Item(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+    apiVersion: str = ""  # custom resources' list items carry their type; built-in kinds' do not
+    kind: str = ""
+
+
+class _Line(msgspec.Struct):
+    """One watch line: `{"type": ..., "object": {...}}`."""
+
+    type: str
+    object: _Item
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    next: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct):
+    """One LIST page: its items as the exact bytes the server wrote (msgspec.Raw), not re-encoded."""
+
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    items: list[msgspec.Raw] | None = None
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+_decode_item = msgspec.json.Decoder(_Item).decode
+_decode_page = msgspec.json.Decoder(_Page).decode
 
 
 class _NoWatchList(Exception):
@@ -241,16 +282,65 @@ class Reflector:
             item = {"apiVersion": self.kind.api_version, "kind": self.kind.kind, **rest}
         return item
 
-    def _listed(self, item: dict[str, Any]) -> ObjectEvent:
-        """The ADDED event of one list item. The page was decoded whole, so the item's bytes are
-        encoded again; for the common case (an item of a built-in kind, without `apiVersion` and
-        `kind`) the type is spliced in front of those bytes instead of rebuilding the dict, which
-        gives the same bytes `_typed` + dumps would."""
-        if self.metadata_only or self.transform is not None or "kind" in item or "apiVersion" in item:
-            return self._encode(ADDED, self._typed(item), None)
-        raw = orjson.dumps(item)
-        raw = self._type_prefix + (raw[1:] if raw == b"{}" else b"," + raw[1:])
-        return _object_event(self.account, self.kind, ADDED, item, raw)
+    def _listed(self, items: list[msgspec.Raw]) -> list[ObjectEvent]:
+        """The ADDED events of one page's items, each carrying the item's bytes as the server wrote
+        them. Items of built-in kinds lack `apiVersion` and `kind` (the list's own TypeMeta names
+        them): those are spliced in front of the bytes rather than decoding and encoding the item.
+        Scrubbed or transformed kinds decode each item whole."""
+        if self.metadata_only or self.transform is not None:
+            return [self._encode(ADDED, self._typed(item), None) for item in self._decoded(items)]
+        out: list[ObjectEvent] = []
+        account, kind, prefix = self.account, self.kind, self._type_prefix
+        group, version, kind_name = kind.group, kind.version, kind.kind
+        for raw in items:
+            try:
+                item = _decode_item(raw)
+            except msgspec.DecodeError as e:
+                self._skip_item(e)
+                continue
+            meta = item.metadata
+            body = memoryview(raw)
+            if item.kind and item.apiVersion:
+                data = bytes(body)  # typed already (custom resources): as it came
+            elif item.kind or item.apiVersion or len(body) < 3:
+                # Half typed, or too short to splice into: decoded and typed whole.
+                out.extend(self._encode(ADDED, self._typed(d), None) for d in self._decoded([raw]))
+                continue
+            else:
+                data = b"".join((prefix, b",", body[1:]))
+            out.append(
+                ObjectEvent(
+                    account,
+                    group,
+                    version,
+                    kind_name,
+                    meta.namespace,
+                    meta.name,
+                    meta.uid,
+                    meta.resourceVersion,
+                    ADDED,
+                    data,
+                )
+            )
+        return out
+
+    def _decoded(self, items: list[msgspec.Raw]) -> list[dict[str, Any]]:
+        """Items decoded whole (the general path); an item that is not a JSON object is skipped."""
+        out = []
+        for raw in items:
+            try:
+                item = orjson.loads(memoryview(raw))
+            except orjson.JSONDecodeError as e:
+                self._skip_item(e)
+                continue
+            if type(item) is not dict:
+                self._skip_item(TypeError(f"a list item is a JSON {type(item).__name__}, not an object"))
+                continue
+            out.append(item)
+        return out
+
+    def _skip_item(self, error: Exception) -> None:
+        log.warning("%s %s: skipping a list item the agent cannot read: %s", self.account, self.kind.qualified, error)
 
     async def _list(self) -> str:
         """One consistent snapshot, page by page; returns the list's resourceVersion.
@@ -260,35 +350,55 @@ class Reflector:
         async with self.client.bulk_session() as session:
             return await self._list_pages(session)
 
+    async def _page(self, session: aiohttp.ClientSession, token: str) -> _Page:
+        params = {**self._params(), "limit": str(self.page_size)}
+        if token:
+            params["continue"] = token
+        raw = await self.client.get(
+            self.kind.path(self.namespace),
+            params=params,
+            session=session,
+            accept=META_LIST if self.metadata_only else None,
+            decode=False,
+        )
+        try:
+            return _decode_page(raw or b"{}")
+        except msgspec.DecodeError as e:
+            raise APIError(200, "BadResponse", f"a LIST page of {self.kind.qualified} could not be read: {e}") from None
+
     async def _list_pages(self, session: aiohttp.ClientSession) -> str:
+        """The pages of one list. The next page is asked for as soon as this one's continue token
+        is known, so the server prepares it while this page's events are handed on: at most two
+        pages of a list are in memory at once."""
         await self.handler([self._marker(SNAPSHOT_BEGIN)])
         token = ""
-        while True:
-            params = {**self._params(), "limit": str(self.page_size)}
-            if token:
-                params["continue"] = token
-            try:
-                page = await self.client.get(
-                    self.kind.path(self.namespace),
-                    params=params,
-                    session=session,
-                    accept=META_LIST if self.metadata_only else None,
-                )
-            except APIError as e:
-                if e.status == 410 and token:  # the snapshot expired between pages: start over
-                    await self.handler([self._marker(SNAPSHOT_BEGIN)])
-                    token = ""
-                    continue
-                raise
-            items = page.get("items") or []
-            await self.handler([self._listed(item) for item in items])
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                rv = str(meta.get("resourceVersion") or "")
-                await self.handler([self._marker(SNAPSHOT_END, rv)])
-                return rv
-            del page, items
+        ahead: asyncio.Future[_Page] = asyncio.ensure_future(self._page(session, token))
+        try:
+            while True:
+                try:
+                    page = await ahead
+                except APIError as e:
+                    if e.status == 410 and token:  # the snapshot expired between pages: start over
+                        await self.handler([self._marker(SNAPSHOT_BEGIN)])
+                        token = ""
+                        ahead = asyncio.ensure_future(self._page(session, token))
+                        continue
+                    raise
+                token = page.metadata.next
+                if token:
+                    ahead = asyncio.ensure_future(self._page(session, token))
+                if page.items:
+                    await self.handler(self._listed(page.items))
+                if not token:
+                    await self.handler([self._marker(SNAPSHOT_END, page.metadata.resourceVersion)])
+                    return page.metadata.resourceVersion
+                del page
+        finally:
+            if not ahead.done():
+                ahead.cancel()
+                await asyncio.wait([ahead])
+            if not ahead.cancelled():
+                ahead.exception()  # seen: a page's failure after the list had already failed is moot
 
     async def _watch(self, initial: bool = False) -> int:
         """Follow the stream until it ends; return how many events were delivered.
@@ -421,68 +531,110 @@ class Reflector:
         return len(events) - 1
 
     def _decode(self, lines: list[bytes]) -> tuple[list[ObjectEvent], Exception | None, str]:
-        """Events of complete lines, the error that ends the stream if one came, and the last version."""
+        """Events of complete lines, the error that ends the stream if one came, and the last version.
+
+        The common line (a change to an object of a kind passed on as it is) is read by msgspec for
+        the object's identity only: the rest of the line is checked to be JSON, not built into
+        Python objects, and the object's bytes go on as the server wrote them. Everything else
+        (bookmarks, errors, the end of a streamed list, scrubbed kinds, lines of another shape)
+        takes the general path, `_decode_general`."""
         out: list[ObjectEvent] = []
         rv = ""
         read_at = time.time()  # these lines arrived together
-        plain = not self.metadata_only and self.transform is None
+        fast = not self.metadata_only and self.transform is None
         account, kind, resumed_from = self.account, self.kind, self._resumed_from
+        group, version, kind_name = kind.group, kind.version, kind.kind
         for line in lines:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                msg = orjson.loads(line)
-                type_, obj = msg["type"], msg["object"]
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                log.warning(
-                    "%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified, len(line)
-                )
-                continue
-            if self._initial and (type_ in (MODIFIED, DELETED) or type_ == "BOOKMARK"):
-                meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
-                if type_ == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                    self._initial = False
-                    rv = str(meta.get("resourceVersion") or "")
-                    out.append(self._marker(SNAPSHOT_END, rv))
-                    continue
-                # A server that ignored sendInitialEvents: it sent the state as of now, then went on.
-                self._initial = False
-                return out, _NoWatchList(f"the server sent a {type_} before the end of a streamed list"), ""
-            prefix = _LINE_PREFIX.get(type_)
-            if prefix is not None and type(obj) is dict:
-                raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
-                if plain:
-                    # The common case, inlined (this loop runs once per change): the object's own
-                    # bytes, its metadata, and the check that versions only move forward.
-                    meta = obj.get("metadata") or {}
-                    event_rv = meta.get("resourceVersion", "")
-                    event = ObjectEvent(
-                        account,
-                        kind.group,
-                        kind.version,
-                        kind.kind,
-                        meta.get("namespace", ""),
-                        meta.get("name", ""),
-                        meta.get("uid", ""),
-                        event_rv,
-                        type_,
-                        raw if raw is not None else orjson.dumps(obj),
-                        read_at,
-                    )
-                    if resumed_from is not None and event_rv.isdigit() and int(event_rv) < resumed_from:
-                        self._check_forward(event_rv)  # raises ClusterReplaced, with the reason
-                else:
-                    event = self._encode(type_, obj, raw)
-                    event.read_at = read_at
-                    self._check_forward(event.resource_version)
-                rv = event.resource_version or rv
-                out.append(event)
-            elif type_ == "BOOKMARK" and isinstance(obj, dict):
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
-            elif type_ == "ERROR":
-                return out, self._watch_error(obj if isinstance(obj, dict) else {}), rv
+            if fast and line:
+                try:
+                    msg = _decode_line(line)
+                except msgspec.DecodeError:
+                    msg = None
+                if msg is not None:
+                    type_ = msg.type
+                    prefix = _LINE_PREFIX.get(type_)
+                    if (
+                        prefix is not None
+                        and (type_ == ADDED or not self._initial)
+                        and line.startswith(prefix)
+                        and line.endswith(b"}")
+                    ):
+                        meta = msg.object.metadata
+                        event_rv = meta.resourceVersion
+                        out.append(
+                            ObjectEvent(
+                                account,
+                                group,
+                                version,
+                                kind_name,
+                                meta.namespace,
+                                meta.name,
+                                meta.uid,
+                                event_rv,
+                                type_,
+                                line[len(prefix) : -1],
+                                read_at,
+                            )
+                        )
+                        if resumed_from is not None and event_rv.isdigit() and int(event_rv) < resumed_from:
+                            self._check_forward(event_rv)  # raises ClusterReplaced, with the reason
+                        rv = event_rv or rv
+                        continue
+            error, rv = self._decode_general(line, out, read_at, rv)
+            if error is not None:
+                return out, error, rv
         return out, None, rv
+
+    def _decode_general(
+        self, line: bytes, out: list[ObjectEvent], read_at: float, rv: str
+    ) -> tuple[Exception | None, str]:
+        """One line of any kind, decoded whole: its event (if any) is appended to `out`; returns
+        the error that ends the stream (or None) and the newest version seen."""
+        line = line.strip()
+        if not line:
+            return None, rv
+        try:
+            msg = orjson.loads(line)
+            type_, obj = msg["type"], msg["object"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            log.warning(
+                "%s %s: ignoring a malformed watch line (%d bytes)", self.account, self.kind.qualified, len(line)
+            )
+            return None, rv
+        if self._initial and (type_ in (MODIFIED, DELETED) or type_ == "BOOKMARK"):
+            meta = (obj.get("metadata") or {}) if isinstance(obj, dict) else {}
+            if type_ == "BOOKMARK" and (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                self._initial = False
+                rv = str(meta.get("resourceVersion") or "")
+                out.append(self._marker(SNAPSHOT_END, rv))
+                return None, rv
+            # A server that ignored sendInitialEvents: it sent the state as of now, then went on.
+            self._initial = False
+            return _NoWatchList(f"the server sent a {type_} before the end of a streamed list"), ""
+        prefix = _LINE_PREFIX.get(type_)
+        if prefix is not None and type(obj) is dict:
+            raw = line[len(prefix) : -1] if line.startswith(prefix) and line.endswith(b"}") else None
+            meta = obj.get("metadata")
+            if type(meta) is dict:
+                for key in ("name", "namespace", "uid", "resourceVersion"):
+                    if type(meta.get(key, "")) is not str:
+                        log.warning(
+                            "%s %s: ignoring a watch line whose metadata.%s is not a string",
+                            self.account,
+                            self.kind.qualified,
+                            key,
+                        )
+                        return None, rv
+            event = self._encode(type_, obj, raw)
+            event.read_at = read_at
+            self._check_forward(event.resource_version)
+            out.append(event)
+            return None, event.resource_version or rv
+        if type_ == "BOOKMARK" and isinstance(obj, dict):
+            return None, (obj.get("metadata") or {}).get("resourceVersion") or rv
+        if type_ == "ERROR":
+            return self._watch_error(obj if isinstance(obj, dict) else {}), rv
+        return None, rv
 
     async def _check_not_ahead(self) -> None:
         """A cluster restored from a backup keeps its identity but goes back in time: a watch from

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .simulator import Simulator
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -92,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from .simulator import Simulator  # here: every `scale-agent` command builds this parser
+
     sim = Simulator(
         clusters=args.clusters,
         host=args.host,

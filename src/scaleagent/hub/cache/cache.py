@@ -5,8 +5,10 @@ answer "what is in account X" and "what changed" from memory, for millions of ob
 shapes everything here:
 
 * Objects stay the JSON bytes the agent sent: the REST API returns them as they are, so nothing
-  is re-encoded, and bytes are the most compact form Python has. Each object is parsed once, on
-  ingest, only to pull out what is indexed (labels and the Spinnaker moniker annotations).
+  is re-encoded, and bytes are the most compact form Python has. Each object is read once, on
+  ingest, for what is indexed (its uid, labels and the Spinnaker moniker annotations) and no more:
+  msgspec builds only those fields and checks that the rest is JSON without building it, and a
+  label set seen before is recognised by its bytes (see ``_LabelSets``).
 * Storage is nested dicts account -> kind -> namespace -> name -> entry, so kind, namespace and
   name lookups are dict lookups and no per-object key tuple exists. Entries use ``__slots__``;
   namespaces, label keys and values are interned and identical label sets share one tuple, so
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
+import msgspec
 import orjson
 
 from ...kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
@@ -64,6 +67,35 @@ _intern = sys.intern
 _flatten = chain.from_iterable
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
+
+
+class _Annotations(msgspec.Struct):
+    """The two annotations the cache indexes; every other annotation is skipped unread."""
+
+    application: Any = msgspec.field(default=None, name=APPLICATION)
+    cluster: Any = msgspec.field(default=None, name=CLUSTER)
+
+
+class _Metadata(msgspec.Struct):
+    uid: Any = None
+    labels: msgspec.Raw = msgspec.Raw()  # kept as bytes: a label set seen before is one dict lookup
+    annotations: _Annotations | None = None
+
+
+class _Object(msgspec.Struct):
+    metadata: _Metadata | None = None
+
+
+class _UidMetadata(msgspec.Struct):
+    uid: Any = None
+
+
+class _UidObject(msgspec.Struct):
+    metadata: _UidMetadata | None = None
+
+
+_decode_object = msgspec.json.Decoder(_Object).decode
+_decode_uid_object = msgspec.json.Decoder(_UidObject).decode
 
 # Deleted uids remembered per account (see _Account.deleted): about 200 bytes each at most.
 DELETED_MEMORY = 10_000
@@ -340,7 +372,26 @@ class _LabelSets:
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self._pool: dict[tuple[str, ...], tuple[str, ...]] = {}
+        # The same label sets by the bytes they came as: a set seen before costs hashing its
+        # bytes, with nothing decoded, built or interned.
+        self._by_bytes: dict[bytes, tuple[str, ...]] = {}
         self._limit = limit
+
+    def from_json(self, raw: msgspec.Raw) -> tuple[str, ...]:
+        """The shared tuple of a label set given as its JSON bytes (none: empty); () unless a JSON object."""
+        if not raw:
+            return ()
+        key = bytes(raw)
+        shared = self._by_bytes.get(key)
+        if shared is None:
+            try:
+                shared = self.get(_loads(key))
+            except _JSONDecodeError:  # not reachable: msgspec checked the bytes are JSON
+                shared = ()
+            if len(self._by_bytes) >= self._limit:
+                self._by_bytes.clear()
+            self._by_bytes[key] = shared
+        return shared
 
     def get(self, raw: Any) -> tuple[str, ...]:
         if type(raw) is not dict or not raw:
@@ -598,13 +649,14 @@ class Cache:
             old.gen = kind.gen
             return True
         try:
-            doc = _loads(obj)
-        except _JSONDecodeError:
-            raise _Rejected("invalid JSON") from None
-        meta = doc.get("metadata") if type(doc) is dict else None
-        if type(meta) is not dict:
+            meta = _decode_object(obj).metadata
+        except msgspec.ValidationError as error:
+            raise _Rejected(f"not a Kubernetes object ({error})") from None
+        except msgspec.DecodeError as error:
+            raise _Rejected(f"invalid JSON ({error})") from None
+        if meta is None:
             raise _Rejected("not a Kubernetes object (no metadata)")
-        uid = meta.get("uid")
+        uid = meta.uid
         uid = uid if type(uid) is str else ""
         if kind.open and ("" in kind.open or namespace in kind.open):
             # Part of a snapshot (a relist): the cluster's word, whatever the versions say. It may
@@ -617,13 +669,13 @@ class Cache:
             if acct.deleted_since(uid, rv):
                 return False  # a version from before the object was deleted: it stays deleted
             del acct.deleted[uid]  # newer than its deletion: only a restored cluster does that
-        labels = self._label_sets.get(meta.get("labels"))
-        annotations = meta.get("annotations")
+        labels = self._label_sets.from_json(meta.labels)
+        annotations = meta.annotations
         app = cluster = None
-        if type(annotations) is dict:
-            app = annotations.get(APPLICATION)
+        if annotations is not None:
+            app = annotations.application
             app = _intern(app) if type(app) is str else None
-            cluster = annotations.get(CLUSTER)
+            cluster = annotations.cluster
             cluster = _intern(cluster) if type(cluster) is str else None
         if old is None:
             namespace = _intern(namespace)
@@ -991,9 +1043,11 @@ class _Waiter:
 
 def _uid(obj: bytes) -> str:
     try:
-        return str(_loads(obj)["metadata"].get("uid") or "")
-    except (_JSONDecodeError, KeyError, TypeError, AttributeError):
+        meta = _decode_uid_object(obj).metadata
+    except msgspec.DecodeError:
         return ""
+    uid = meta.uid if meta is not None else None
+    return uid if type(uid) is str else ""
 
 
 def _older(rv: str, held: str) -> bool:
