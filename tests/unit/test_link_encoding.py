@@ -1,4 +1,5 @@
-"""The agent sizes events arithmetically instead of serializing them: the sizes must be exact."""
+"""The agent writes its event messages in protobuf's wire format itself: the bytes must be exactly
+protobuf's, and the sizes it keeps exact, or the hub would read something else than was sent."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import random
 
 import grpc
 
-from scaleagent.agent.link import Chunk, HubLink, LinkSettings, event_size
+from scaleagent.agent.link import HubLink, LinkSettings, _to_wire
 from scaleagent.hub.agents.link import _sized, sized_caching_message
 from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import EVENT_TYPES, pb
+from scaleagent.protocol.wire import EventsMessage, varint
 
 TEXTS = ["", "a", "ns-1", "é", "名前", "🙂x", "x" * 127, "y" * 128, "z" * 20_000, "\u0000", "ü" * 70]
 
@@ -21,19 +23,47 @@ def random_event(rng: random.Random) -> ObjectEvent:
     return ObjectEvent(*texts[:6], "uid", texts[6], rng.choice(list(EVENT_TYPES)), obj, read_at)
 
 
-def test_event_sizes_and_message_sizes_match_protobufs_own():
+def protobufs_own(events: list[ObjectEvent], sequence: int) -> pb.CachingMessage:
+    m = pb.CachingMessage()
+    m.events.sequence = sequence
+    for e in events:
+        m.events.events.add(
+            type=EVENT_TYPES[e.type],
+            account=e.account,
+            group=e.group,
+            version=e.version,
+            kind=e.kind,
+            namespace=e.namespace,
+            name=e.name,
+            resource_version=e.resource_version,
+            object=e.object or b"",
+            read_at_unix_ms=int(e.read_at * 1000),
+        )
+    return m
+
+
+def test_messages_are_byte_for_byte_what_protobuf_writes_and_their_sizes_exact():
     rng = random.Random(19)
-    for _ in range(40):
-        events = [random_event(rng) for _ in range(rng.randint(1, 12))]
-        chunk = Chunk()
-        for e in events:
-            chunk.add(e, event_size(e))
-        for e, ev in zip(events, chunk, strict=True):
-            assert event_size(e) == ev.ByteSize(), e
-            assert ev.name == e.name and ev.object == (e.object or b"") and ev.type == EVENT_TYPES[e.type]
+    heads: dict = {}  # shared between messages, as the link shares it
+    for _ in range(60):
+        events = [random_event(rng) for _ in range(rng.randint(0, 12))]
+        m = EventsMessage(heads)
+        taken = [m.add(e) for e in events]
         for sequence in (0, 1, 127, 128, 2**40):
-            chunk.message.events.sequence = sequence
-            assert chunk.byte_size(sequence) == chunk.message.ByteSize()
+            expected = protobufs_own(events, sequence)
+            assert m.wire(sequence) == expected.SerializeToString()
+            assert m.wire_size(sequence) == expected.ByteSize()
+        assert len(m) == len(events)
+        assert taken == [
+            len(pb.EventBatch(events=[ev]).SerializeToString()) for ev in protobufs_own(events, 0).events.events
+        ]
+
+
+def test_varints_are_protobufs():
+    assert varint(0) == b"\x00"
+    for value in (1, 127, 128, 300, 16_383, 16_384, 2**35, 2**63 - 1, -1, -(2**63)):
+        m = pb.EventBatch(sequence=value) if value >= 0 else pb.Event(read_at_unix_ms=value)
+        assert m.SerializeToString()[1:] == varint(value)
 
 
 def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order():
@@ -41,25 +71,39 @@ def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order():
     link = HubLink(LinkSettings(target="localhost:1"))
     link._max_bytes = 50_000
     events = [random_event(rng) for _ in range(300)]
-    fitting = [e for e in events if event_size(e) + 8 <= link._max_bytes]
-    chunks = link._split(events)
+    alone = [EventsMessage().add(e) for e in events]
+    fitting = [e for e, size in zip(events, alone) if size <= link._max_bytes]
+    messages = link._split(events)
     assert link.dropped_oversize == len(events) - len(fitting) > 0
-    assert [ev.name for c in chunks for ev in c] == [e.name for e in fitting]
-    for sequence, c in enumerate(chunks, 1):
-        c.message.events.sequence = sequence
-        assert c.byte_size(sequence) == c.message.ByteSize() <= link._max_bytes + 16
-        assert isinstance(c.message, pb.CachingMessage) and c.message.WhichOneof("message") == "events"
+    parsed = [pb.CachingMessage.FromString(m.wire(seq)) for seq, m in enumerate(messages, 1)]
+    assert [ev.name for p in parsed for ev in p.events.events] == [e.name for e in fitting]
+    for seq, (m, p) in enumerate(zip(messages, parsed), 1):
+        assert 0 < len(m) == len(p.events.events) and m.size <= link._max_bytes
+        assert p.events.sequence == seq and p.WhichOneof("message") == "events"
+    # Full messages: each next one would not have fitted the event that starts it.
+    starts = 0
+    for m in messages[:-1]:
+        starts += len(m)
+        assert m.size + EventsMessage().add(fitting[starts]) > link._max_bytes
+
+
+def test_the_stream_writes_events_as_they_are_and_other_messages_as_protobufs():
+    m = EventsMessage()
+    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
+    assert _to_wire(m.wire(1)) == m.wire(1)
+    hello = pb.CachingMessage(hello=pb.Hello(agent_id="x"))
+    assert _to_wire(hello) == hello.SerializeToString()
 
 
 def test_the_hub_reads_a_caching_message_with_its_size_on_the_wire():
     rng = random.Random(7)
-    chunk = Chunk()
-    for e in (random_event(rng) for _ in range(5)):
-        chunk.add(e, event_size(e))
-    chunk.message.events.sequence = 3
-    wire = chunk.message.SerializeToString()
+    m = EventsMessage()
+    events = [random_event(rng) for _ in range(5)]
+    for e in events:
+        m.add(e)
+    wire = m.wire(3)
     size, message = sized_caching_message(wire)
-    assert size == len(wire) == chunk.byte_size(3) and message == chunk.message
+    assert size == len(wire) == m.wire_size(3) and message == protobufs_own(events, 3)
     assert _sized((size, message)) == (size, message)
     assert _sized(message) == (len(wire), message)  # registered with the generated deserializer
     assert _sized(grpc.aio.EOF) == (0, grpc.aio.EOF)

@@ -23,7 +23,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,7 +34,8 @@ from google.protobuf.json_format import MessageToDict
 
 from .. import __version__
 from ..kube.events import ObjectEvent
-from ..protocol import EVENT_TYPES, PROTOCOL_VERSION, pb, pb_grpc
+from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
+from ..protocol.wire import EventsMessage
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest
 from .token import TokenCommand, TokenCommandError
 
@@ -48,91 +49,6 @@ WELCOME_TIMEOUT = 15.0
 STABLE_SESSION_SECONDS = 5.0
 # Room left in a message for the batch's own framing when filling it up to the hub's limit.
 FRAMING_MARGIN = 64 * 1024
-
-
-def _varint_size(value: int) -> int:
-    """Bytes of `value` as a protobuf varint (negative int64s take ten)."""
-    if value < 0:
-        return 10
-    n = 1
-    while value >= 0x80:
-        value >>= 7
-        n += 1
-    return n
-
-
-def _text_size(text: str) -> int:
-    """Bytes of a non-empty string field: its tag (one byte for fields 1-15), length and UTF-8."""
-    n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-    return 1 + _varint_size(n) + n
-
-
-def event_size(e: ObjectEvent) -> int:
-    """The exact serialized size of the protocol Event `Chunk.add` makes of `e`.
-
-    Computed from the fields' lengths (tag + length varint + bytes; proto3 leaves out empty and
-    zero fields) rather than by building the message and calling ByteSize(), which serializes it:
-    the agent sizes every event it sends to split its batches below the hub's limit."""
-    n = 2  # the event type: its tag and a one-byte enum value (every EventType is below 128)
-    for text in (e.account, e.group, e.version, e.kind, e.namespace, e.name, e.resource_version):
-        if text:
-            n += _text_size(text)
-    if e.object:
-        size = len(e.object)
-        n += 1 + _varint_size(size) + size
-    read_at = int(e.read_at * 1000)
-    if read_at:
-        n += 1 + _varint_size(read_at)
-    return n
-
-
-class Chunk:
-    """One CachingMessage of events, filled in place, with the events' serialized size kept so that
-    the message's own size (for kubesvc_events_bytes_sent_total) needs no ByteSize()."""
-
-    __slots__ = ("message", "_events", "_events_size")
-
-    def __init__(self) -> None:
-        self.message = pb.CachingMessage()
-        self._events = self.message.events.events
-        self._events_size = 0  # the repeated field's bytes: each event with its tag and length
-
-    def add(self, e: ObjectEvent, size: int) -> None:
-        """Append `e`, whose `event_size` is `size`; only non-empty fields are set (proto3 omits
-        the rest anyway), which is the fastest way to fill a upb message from Python."""
-        ev = self._events.add()
-        ev.type = EVENT_TYPES[e.type]
-        if e.account:
-            ev.account = e.account
-        if e.group:
-            ev.group = e.group
-        if e.version:
-            ev.version = e.version
-        if e.kind:
-            ev.kind = e.kind
-        if e.namespace:
-            ev.namespace = e.namespace
-        if e.name:
-            ev.name = e.name
-        if e.resource_version:
-            ev.resource_version = e.resource_version
-        if e.object:
-            ev.object = e.object
-        read_at = int(e.read_at * 1000)
-        if read_at:
-            ev.read_at_unix_ms = read_at
-        self._events_size += 1 + _varint_size(size) + size
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    def __iter__(self) -> Iterator[pb.Event]:
-        return iter(self._events)
-
-    def byte_size(self, sequence: int) -> int:
-        """The CachingMessage's serialized size once its batch carries `sequence`."""
-        batch = self._events_size + (1 + _varint_size(sequence) if sequence else 0)
-        return 1 + _varint_size(batch) + batch
 
 
 class Accounts(Protocol):
@@ -248,6 +164,7 @@ class HubLink:
         self._control: collections.deque[pb.CachingMessage] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._max_bytes = 4 * 1024 * 1024
+        self._heads: dict[tuple[str, str, str, str, str], bytes] = {}  # see EventsMessage
         self._heard_at = 0.0  # monotonic: when the hub last said anything on this connection
 
     # --- the sink side, called by the watch engine ------------------------------------------------
@@ -379,7 +296,10 @@ class HubLink:
         try:
             stub = pb_grpc.AgentLinkStub(channel)
             metadata = (("authorization", f"Bearer {token}"),) if token else ()
-            caching = stub.Caching(metadata=metadata)
+            # Events go out as the wire bytes EventsMessage made; other messages as protobufs.
+            caching = channel.stream_stream(
+                CACHING_METHOD, request_serializer=_to_wire, response_deserializer=pb.CachingControl.FromString
+            )(metadata=metadata)
             self._described.clear()
             self._control.clear()  # answers to requests of a former connection: that hub session is gone
             await caching.write(
@@ -508,13 +428,13 @@ class HubLink:
             batch = await self._next_batch()
             await self._flush_control(call)
             await self._flush_descriptions(call)  # those made before any of this batch was queued
-            for chunk in self._split(batch):
+            for message in self._split(batch):
                 await window.acquire()
                 sequence += 1
-                chunk.message.events.sequence = sequence
-                await call.write(chunk.message)
-                self.events_sent += len(chunk)
-                self.event_bytes_sent += chunk.byte_size(sequence)
+                wire = message.wire(sequence)
+                await call.write(wire)
+                self.events_sent += len(message)
+                self.event_bytes_sent += len(wire)
             self._written = self._taken
             await self._flush_descriptions(call)  # and those that waited for this batch
 
@@ -533,18 +453,26 @@ class HubLink:
         for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
-    def _split(self, batch: Sequence[ObjectEvent]) -> list[Chunk]:
-        """Protocol messages that stay below the hub's message size limit, filled in place.
+    def _split(self, batch: Sequence[ObjectEvent]) -> list[EventsMessage]:
+        """Protocol messages that stay below the hub's message size limit, in wire format.
 
-        Each event is sized arithmetically (`event_size`) before it is added, so no event is built
-        twice, copied into its batch, or serialized to learn its size."""
-        chunks: list[Chunk] = []
-        current: Chunk | None = None
-        size = 0
+        Each event is encoded once, into its message (`EventsMessage`), which knows its size as it
+        grows: an event that would take a message past the limit starts the next one; one that is
+        over the limit alone is not sent (and logged)."""
+        messages: list[EventsMessage] = []
+        current: EventsMessage | None = None
         limit = self._max_bytes
+        heads = self._heads
         for e in batch:
-            n = event_size(e) + 8  # the event's own tag and length prefix, with room to spare
-            if n > limit:
+            if current is None:
+                current = EventsMessage(heads)
+                messages.append(current)
+            mark = current.mark()
+            taken = current.add(e)
+            if current.size <= limit:
+                continue
+            current.drop_last(mark, taken)
+            if taken > limit:
                 self.dropped_oversize += 1
                 log.error(
                     "hub link: %s %s/%s of account %s is %d bytes, over the hub's message limit; not sent",
@@ -552,15 +480,16 @@ class HubLink:
                     e.namespace,
                     e.name,
                     e.account,
-                    n,
+                    taken,
                 )
+                if not current:
+                    messages.pop()
+                    current = None
                 continue
-            if current is None or size + n > limit:
-                current, size = Chunk(), 0
-                chunks.append(current)
-            current.add(e, n - 8)
-            size += n
-        return chunks
+            current = EventsMessage(heads)
+            messages.append(current)
+            current.add(e)
+        return messages
 
     async def _read(self, call: grpc.aio.StreamStreamCall, window: asyncio.Semaphore) -> None:
         assert self.accounts is not None
@@ -666,6 +595,14 @@ async def _refuse_operations(call: grpc.aio.StreamStreamCall) -> None:
                 )
             )
         )
+
+
+CACHING_METHOD = f"/{pb.DESCRIPTOR.services_by_name['AgentLink'].full_name}/Caching"
+
+
+def _to_wire(message: bytes | pb.CachingMessage) -> bytes:
+    """The Caching stream's serializer: events come already encoded (EventsMessage.wire)."""
+    return message if type(message) is bytes else message.SerializeToString()  # type: ignore[union-attr]
 
 
 def _account_message(d: AccountDescription) -> pb.Account:
