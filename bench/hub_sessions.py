@@ -22,17 +22,22 @@ subchannel pool and the agent's own keepalive options):
 
 At most `--concurrency` sessions are being opened at once (channel, Hello, Welcome, Operations hello,
 snapshot written). The clock starts when the first session starts connecting. A thread polls the hub's
-`GET /api/v1/accounts` every `--poll` seconds until every account's `state` is `ACTIVE` (the figure), and
-goes on until every account is also `agentState: watching` with all its objects counted. Hub CPU is read from
-`/proc/<pid>/stat` (user + system), RSS from `/proc/<pid>/status`: before the first session (the hub idle
-for 2 s after start), once everything is ACTIVE and counted, and after `--hold` seconds of heartbeats only
-(nothing else happens: no polling during the hold). What one poll of `/api/v1/accounts` costs the hub is
-measured at the end on its own, since polling runs during the connect phase.
+`GET /api/v1/accounts` every `--poll` seconds, or after 9 times the last poll's own time when that is longer
+(POLL_QUIET: the polls must not be what slows the hub), until every account's `state` is `ACTIVE` (the
+figure), and goes on until every account is also `agentState: watching` with all its objects counted. Hub
+CPU is read from `/proc/<pid>/stat` (user + system), RSS from `/proc/<pid>/status`: before the first session
+(the hub idle for 2 s after start), once everything is ACTIVE and counted, and after `--hold` seconds of
+heartbeats only (nothing else happens: no polling during the hold). What one poll of `/api/v1/accounts`
+costs the hub is measured at the end on its own, since polling runs during the connect phase.
 
     .venv/bin/python bench/hub_sessions.py --quick                      # smoke run, 100 sessions, under a minute
     .venv/bin/python bench/hub_sessions.py                              # 1,000 sessions, SQLite
     .venv/bin/python bench/hub_sessions.py --database postgresql://postgres@127.0.0.1:5432/test
     .venv/bin/python bench/hub_sessions.py --database postgresql://postgres@127.0.0.1:5432/test --no-replicas
+
+`--concurrency 2000` (as many as `--sessions`) opens them all at once, as agents reconnecting to a restarted
+hub do; "Caching call -> Welcome" says how long they waited for the hub to take their streams.
+`--hub-log FILE` keeps the hub's whole log (`--hub-log-level INFO` for each session's lines).
 
 To tell apart what the idle sessions cost: `--heartbeat 60` (a heartbeat a minute instead of the agent's
 10 s) and `--no-keepalive` (no HTTP/2 pings from the sessions; the agent sends one every 10 s).
@@ -110,7 +115,12 @@ def config_map(account: str, j: int) -> bytes:
     ).encode()
 
 
-# seconds a session waits for the hub's Welcome before the bench gives it up
+# Seconds a session waits for the hub's Welcome before the bench gives it up. An agent gives up
+# after 15 s (agent/link.py WELCOME_TIMEOUT) and connects again after its backoff; the bench waits
+# longer, to count a slow Welcome as slow rather than lost. A stream still waiting for the hub to
+# take it after 30 s is cancelled by the hub's gRPC itself before that (CANCELLED, its
+# grpc.server_max_unrequested_time_in_server), and streams beyond the hub's grpc.maxPendingCalls
+# waiting are refused the same way: neither reaches the hub's log.
 WELCOME_WAIT = 60.0
 
 
@@ -131,8 +141,12 @@ class Session:
         self.tasks: list[asyncio.Task] = []
         self.acked = asyncio.Event()
         self.beats_sent = self.echoes = self.other = self.ops_refused = 0
+        self.last_beat = 0.0  # time.monotonic() of the last heartbeat sent
         self.rejected = ""
         self.ended = ""  # why a stream ended, if one did
+        # time.monotonic(): the Caching call started, and its Welcome read (the hub's handler took the call)
+        self.started = self.welcomed = 0.0
+        self.stage = "not started"  # where open() is: a failure says at which step it came
 
     def describe(self, state: str) -> pb.Account:
         return pb.Account(
@@ -145,9 +159,11 @@ class Session:
         )
 
     async def open(self) -> None:
+        self.started = time.monotonic()
         self.channel = grpc.aio.insecure_channel(self.target, options=self.options)
         stub = pb_grpc.AgentLinkStub(self.channel)
         self.caching = stub.Caching()
+        self.stage = "writing the Hello"
         await self.caching.write(
             pb.CachingMessage(
                 hello=pb.Hello(
@@ -161,6 +177,7 @@ class Session:
                 )
             )
         )
+        self.stage = "waiting for the Welcome"
         try:
             first = await asyncio.wait_for(self.caching.read(), WELCOME_WAIT)
         except TimeoutError:
@@ -169,8 +186,10 @@ class Session:
             raise RuntimeError(f"no Welcome within {WELCOME_WAIT:.0f} s (the bench cancelled the call)") from None
         if first is grpc.aio.EOF or first.WhichOneof("message") != "welcome":
             raise RuntimeError(f"{self.agent_id}: no Welcome but {first!r}")
+        self.welcomed = time.monotonic()
         self.session_id = first.welcome.session_id
         self.operations = stub.Operations()
+        self.stage = "writing the Operations hello"
         await self.operations.write(
             pb.OperationsMessage(
                 hello=pb.OperationsHello(
@@ -196,8 +215,11 @@ class Session:
             for j in range(self.objects)
         ]
         events.append(pb.Event(type=pb.SNAPSHOT_END, **marker))
+        self.stage = "writing the snapshot"
         await self.caching.write(pb.CachingMessage(events=pb.EventBatch(sequence=1, events=events)))
+        self.stage = "writing `watching`"
         await self.caching.write(pb.CachingMessage(account=self.describe("watching")))
+        self.stage = "open"
         self.tasks.append(asyncio.create_task(self._heartbeats()))
 
     async def _read(self) -> None:
@@ -248,6 +270,7 @@ class Session:
                 sequence += 1
                 await self.caching.write(pb.CachingMessage(heartbeat=pb.Heartbeat(sequence=sequence)))
                 self.beats_sent += 1
+                self.last_beat = time.monotonic()
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as e:
             self.ended = self.ended or f"heartbeat write: {type(e).__name__}"
 
@@ -258,6 +281,13 @@ class Session:
             await asyncio.wait(self.tasks)
         if self.channel is not None:
             await self.channel.close(grace=None)
+
+
+# A poll of `GET /api/v1/accounts` costs the hub time in proportion to its accounts (0.6 s of hub CPU
+# for 5,000): back to back, polls took about half of the hub's CPU while 5,000 sessions connected,
+# slowing what they measure. After a poll that took d seconds the poller waits at least
+# POLL_QUIET * d, so that polling holds the hub's event loop at most 1 / (1 + POLL_QUIET) of the time.
+POLL_QUIET = 9.0
 
 
 class Poller:
@@ -274,6 +304,7 @@ class Poller:
 
     def _run(self) -> None:
         while not self.stop.is_set():
+            began = time.monotonic()
             try:
                 docs = get_json(self.url + "/api/v1/accounts", timeout=60)
             except OSError as e:
@@ -294,7 +325,7 @@ class Poller:
             if counted == self.n:
                 self.all_counted = now
                 return
-            self.stop.wait(self.interval)
+            self.stop.wait(max(self.interval, POLL_QUIET * (now - began)))
 
 
 def raise_open_files(needed: int) -> str:
@@ -338,7 +369,7 @@ def _asyncpg_dsn(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(scheme="postgresql"))
 
 
-def start_hub(tmp: Path, database_url: str, replicas: bool) -> Proc:
+def start_hub(tmp: Path, database_url: str, replicas: bool, log_level: str = "WARNING") -> Proc:
     grpc_port, http_port = free_port(), free_port()
     config: dict = {
         "server": {"grpcPort": grpc_port, "httpPort": http_port, "replicaName": "bench-hub"},
@@ -351,7 +382,7 @@ def start_hub(tmp: Path, database_url: str, replicas: bool) -> Proc:
         config["replicas"] = {"cluster": "static", "heartbeat": {"periodSeconds": 5}}
     path = tmp / ("hub-replicas.yaml" if replicas else "hub.yaml")
     path.write_text(yaml.safe_dump(config))
-    hub = Proc(["hub", "--config", str(path)])
+    hub = Proc(["--log-level", log_level, "hub", "--config", str(path)])
     try:
         m = hub.wait_line(r"gRPC on (\S+), HTTP on (http://\S+)")
     except RuntimeError:
@@ -385,7 +416,7 @@ async def bench(args: argparse.Namespace) -> None:
         sessions: list[Session] = []
         try:
             try:
-                hub = start_hub(tmp, database_url, replicas)
+                hub = start_hub(tmp, database_url, replicas, args.hub_log_level)
             except RuntimeError as e:
                 if not replicas:
                     raise
@@ -395,7 +426,7 @@ async def bench(args: argparse.Namespace) -> None:
                     + " -- measured WITHOUT replicas"
                 )
                 replicas = False
-                hub = start_hub(tmp, database_url, False)
+                hub = start_hub(tmp, database_url, False, args.hub_log_level)
             url, target = hub.url, hub.grpc_target  # type: ignore[attr-defined]
             deadline = time.monotonic() + 30
             while True:
@@ -432,9 +463,14 @@ async def bench(args: argparse.Namespace) -> None:
                             why = f"gRPC {e.code().name}: {e.details()}"
                         else:
                             why = f"{type(e).__name__}: {e}"
-                        failures.append(f"{s.agent_id}: {why}")
+                        waited = time.monotonic() - s.started if s.started else 0.0
+                        failures.append(f"{s.agent_id}: {why} ({s.stage}, after {waited:.1f} s)")
                         # as it happens, with the time: the cause is whatever was going on then
-                        print(f"[{time.monotonic() - t0:7.1f} s] {s.agent_id} failed to open: {why}", file=sys.stderr)
+                        print(
+                            f"[{time.monotonic() - t0:7.1f} s] {s.agent_id} failed to open, {s.stage}, after "
+                            f"{waited:.1f} s: {why}",
+                            file=sys.stderr,
+                        )
 
             t0 = time.monotonic()
             own0 = time.process_time()
@@ -476,6 +512,11 @@ async def bench(args: argparse.Namespace) -> None:
             rss_after, peak_after = memory_kb(hub.pid)
             beats = sum(s.beats_sent for s in sessions) - beats0
             echoes = sum(s.echoes for s in sessions) - echoes0
+            # Every heartbeat is echoed; the last one of a session may still be on its way.
+            beats_total = sum(s.beats_sent for s in sessions)
+            echoes_total = sum(s.echoes for s in sessions)
+            unanswered = sum(max(0, s.beats_sent - s.echoes) for s in sessions)
+            in_flight = sum(s.beats_sent - s.echoes == 1 and time.monotonic() - s.last_beat < 10 for s in sessions)
 
             # Afterwards: what the hub says of its sessions, and what one poll costs it.
             agents = get_json(url + "/armory/agents", timeout=60)
@@ -500,8 +541,21 @@ async def bench(args: argparse.Namespace) -> None:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
             if hub is not None:
                 hub.stop()
+                if args.hub_log:
+                    Path(args.hub_log).write_text("\n".join(hub.log) + "\n")
+                    notes.append(f"the hub's whole log: {args.hub_log}")
             if db_name:
                 await drop_database(args.database, db_name)
+
+    def spread(waits: list[float]) -> str:
+        if not waits:
+            return "-"
+        waits = sorted(waits)
+
+        def at(q: float) -> float:
+            return waits[min(len(waits) - 1, int(q * len(waits)))]
+
+        return f"median {at(0.5):.2f} s, p99 {at(0.99):.2f} s, max {waits[-1]:.2f} s"
 
     def pct(cpu: float, seconds: float) -> str:
         return f"{100 * cpu / seconds:.0f}% of a core" if seconds > 0 else "-"
@@ -525,6 +579,7 @@ async def bench(args: argparse.Namespace) -> None:
     print(f"  command: {command}")
     rows = [
         ("sessions opened (Welcome, Operations hello, snapshot written)", f"{len(opened):,} of {n:,}"),
+        ("  Caching call -> Welcome (the hub's handler took the call)", spread([s.welcomed - s.started for s in live])),
         (f"  all opened, {args.concurrency} at a time", f"{t_opened - t0:.2f} s"),
         ("  all snapshots acknowledged", f"{t_acked - t0:.2f} s"),
         (
@@ -535,7 +590,10 @@ async def bench(args: argparse.Namespace) -> None:
             f"  -> all watching with their {args.objects} objects counted ({objects_total:,})",
             f"{poller.all_counted - t0:.2f} s" if poller.all_counted else "not reached",
         ),
-        (f"  polls of /api/v1/accounts meanwhile (every {args.poll:g} s)", f"{poller.polls}"),
+        (
+            f"  polls of /api/v1/accounts meanwhile (every {args.poll:g} s, or {POLL_QUIET:g}x a poll's time)",
+            f"{poller.polls}",
+        ),
         ("hub RSS before the first session (idle)", mib(rss_before)),
         ("hub RSS once all ACTIVE and counted", f"{mib(rss_connected)} (peak {mib(peak_connected)})"),
         (f"hub RSS after the {hold_s:g} s hold", f"{mib(rss_after)} (peak {mib(peak_after)})"),
@@ -559,6 +617,11 @@ async def bench(args: argparse.Namespace) -> None:
             f"{cpu_idle:.2f} s = {pct(cpu_idle, idle_s)}",
         ),
         ("  heartbeats sent / echoed during the hold", f"{beats:,} / {echoes:,}"),
+        (
+            "  heartbeats sent / echoed since the sessions opened",
+            f"{beats_total:,} / {echoes_total:,} "
+            f"({unanswered:,} unanswered, of which {in_flight:,} sent under 10 s before)",
+        ),
         (
             "  whole machine meanwhile (100% = one core)",
             f"{machine_pct(busy2, busy3, total2, total3)}, of which this bench process {pct(own_hold, hold_s)}",
@@ -599,6 +662,8 @@ def main() -> None:
     )
     p.add_argument("--no-replicas", action="store_true", help="with PostgreSQL: leave `replicas` out of the config")
     p.add_argument("--quick", action="store_true", help="100 sessions, 15 s hold: a smoke run")
+    p.add_argument("--hub-log", default="", help="write the hub's whole log (its standard error) to this file")
+    p.add_argument("--hub-log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args()
     if args.quick:
         args.sessions, args.hold = 100, 15.0

@@ -52,6 +52,7 @@ def test_no_file_means_defaults():
     assert config.database.url == DEFAULT_DATABASE_URL == "sqlite:///scale-agent-hub.db"
     assert config.sessions.grace_seconds == 60
     assert (config.grpc.max_message_bytes, config.grpc.keep_alive_seconds) == (16 * 1024 * 1024, 30)
+    assert config.grpc.max_pending_calls == 10_000
 
 
 def test_an_empty_file_and_empty_sections_mean_defaults(tmp_path):
@@ -81,6 +82,7 @@ def test_full_file(hub_dir):
         grpc:
           maxMessageBytes: 1024
           keepAliveSeconds: 0
+          maxPendingCalls: 50000
         """,
     )
     assert (config.server.host, config.server.grpc_port, config.server.http_port) == ("0.0.0.0", 0, 0)
@@ -95,6 +97,7 @@ def test_full_file(hub_dir):
     assert config.database.url == f"postgresql+asyncpg://hub:{PASSWORD}@db.example.com:5432/hub"
     assert config.sessions.grace_seconds == 2.5
     assert (config.grpc.max_message_bytes, config.grpc.keep_alive_seconds) == (1024, 0)
+    assert config.grpc.max_pending_calls == 50_000
 
 
 def test_relative_paths_resolve_against_the_files_directory_not_the_working_directory(
@@ -210,6 +213,8 @@ def test_command_line_overrides_win_and_are_validated(tmp_path):
         ("grpc:\n  maxMessageBytes: 1023\n", "grpc.maxMessageBytes: must be at least 1024, got 1023"),
         ("grpc:\n  maxMessageBytes: 268435457\n", "grpc.maxMessageBytes: must be at most 268435456, got 268435457"),
         ("grpc:\n  keepAliveSeconds: -1\n", "grpc.keepAliveSeconds: must be at least 0, got -1"),
+        ("grpc:\n  maxPendingCalls: 0\n", "grpc.maxPendingCalls: must be at least 1, got 0"),
+        ("grpc:\n  maxPendingCalls: 1000001\n", "grpc.maxPendingCalls: must be at most 1000000, got 1000001"),
         (
             "tls:\n  certFile: hub.pem\n",
             "tls.keyFile: required when certFile is set (a certificate needs its private key)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from scaleagent.hub.agents.registry import ACTIVE, DISCONNECTED, ORPHANED, Registry, Session
+from scaleagent.hub.auth.agents import AgentIdentity
 from scaleagent.hub.cache.cache import Cache
 from scaleagent.protocol import pb
 
@@ -239,6 +240,54 @@ async def test_a_second_agent_for_a_streamed_account_stands_by_and_takes_over_wh
     assert describe(registry, second, "prod", CLUSTER_A) is None
     assert registry.accounts["prod"].state == ACTIVE
     assert registry.accounts["prod"].sessions == {second.id}
+
+
+async def test_only_agents_still_connected_and_still_standing_by_are_asked_back():
+    """Agents standing by are asked back in the order they stood by; one that left meanwhile, or
+    that streams the account already, is not asked."""
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+    holder, gone, first, second = (session(registry, f"agent-{i}") for i in range(4))
+    assert await registry.admit(holder, "prod", CLUSTER_A["api_host"]) is None
+    describe(registry, holder, "prod", CLUSTER_A)
+    for standby in (gone, first, second):
+        assert (await registry.admit(standby, "prod", CLUSTER_A["api_host"]) or "").startswith("standing by:")
+    registry.close(gone)
+    order: list[str] = []
+    for s in (first, second):
+        s.control = lambda message, who=s.agent_id: order.append(f"{who}: {message.WhichOneof('message')}")
+
+    registry.close(holder)
+    assert order == ["agent-2: resync", "agent-3: resync"]
+    assert not [m for m in getattr(gone, "sent", []) if m.WhichOneof("message") == "resync"]
+
+    # agent-2 takes it; when it leaves, only agent-3 is asked back.
+    assert await registry.admit(first, "prod", CLUSTER_A["api_host"]) is None
+    describe(registry, first, "prod", CLUSTER_A)
+    order.clear()
+    registry.close(first)
+    assert order == ["agent-3: resync"]
+
+
+async def test_sessions_are_counted_per_agent_identity_as_they_open_and_close():
+    """What `auth.agents.maxSessionsPerIdentity` is checked against, for every stream that opens."""
+    registry = Registry(Cache(), grace_seconds=60, replica="r")
+
+    def of(identity: str, agent: str) -> Session:
+        grant = AgentIdentity(identity)
+        return registry.open(Session(agent_id=agent, zone_id="", agent_version="t", peer="p", replica="r", grant=grant))
+
+    a1, a2, b = of("A", "a-1"), of("A", "a-2"), of("B", "b-1")
+    anonymous = session(registry, "anon")
+    registry.open(a1)  # opened again: still one session
+    assert [registry.sessions_of(i) for i in ("A", "B", "", "C")] == [2, 1, 1, 0]
+    registry.close(a1)
+    registry.close(a1)  # closed twice: counted once
+    assert registry.sessions_of("A") == 1
+    registry.close(a2)
+    registry.close(anonymous)
+    assert [registry.sessions_of(i) for i in ("A", "B", "")] == [0, 1, 0]
+    registry.close(b)
+    assert registry.sessions_of("B") == 0
 
 
 async def test_giving_an_account_up_makes_its_agent_stand_by_and_drops_the_copy():

@@ -363,6 +363,11 @@ class GrpcConfig(ConfigModel):
 
     max_message_bytes: StrictInt = Field(16 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     keep_alive_seconds: StrictInt = Field(30, ge=0)
+    # Streams that reached the hub and wait for its event loop to take them (agents connecting at
+    # once: a restarted hub, a failover). gRPC's own default refuses some beyond 1,000 and all
+    # beyond 3,000, silently: at 2,000 agents connecting at once a quarter were turned away. Each
+    # waiting stream holds about 16 KiB; beyond this many, new ones are refused (the agent retries).
+    max_pending_calls: StrictInt = Field(10_000, ge=1, le=1_000_000)
     # Plaintext gRPC on an address beyond loopback carries kubeconfigs and Secret values in
     # operations in the clear: refused unless said here (e.g. behind a mesh that encrypts).
     allow_plaintext: StrictBool = False

@@ -237,6 +237,12 @@ class Hub:
             # or gRPC answers "too many pings" and cuts the link (the default minimum is 5 minutes).
             ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # grpc.aio takes new streams from gRPC one at a time, each a turn of the event loop;
+            # meanwhile gRPC queues them, and past its default of 1,000 queued it refuses new ones
+            # at random (all past 3,000), unseen by the hub and unlogged: agents connecting at once
+            # were turned away while the hub had room. Queue up to grpc.maxPendingCalls instead.
+            ("grpc.server.max_pending_requests", c.grpc.max_pending_calls),
+            ("grpc.server.max_pending_requests_hard_limit", c.grpc.max_pending_calls),
         ]
         if c.grpc.keep_alive_seconds > 0:
             options += [

@@ -268,7 +268,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
 
     def _check_sessions(self, identity: AgentIdentity) -> None:
         limit = self.identities.max_sessions
-        held = sum(1 for s in self.registry.sessions.values() if s.identity == identity.name)
+        held = self.registry.sessions_of(identity.name)
         if held >= limit:
             raise LinkRefused(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -179,6 +179,16 @@ class Registry:
         # Which agent identity each account is bound to: in the database, or here without one.
         self.bindings: BindingStore | None = None if store is None else BindingStore(store)
         self._bound: dict[str, str] = {}
+        # Indexes over `sessions`, so that what one connecting agent costs does not grow with the
+        # number connected: walking every session for each one that opens made opening n sessions
+        # cost n^2 (at 5,000 sessions, a quarter of the hub's time while they connected).
+        # The agent identity each session counted under when it opened, and the sessions per identity
+        # (`auth.agents.maxSessionsPerIdentity` is checked against it for every new stream).
+        self._identity_of: dict[str, str] = {}
+        self._per_identity: dict[str, int] = {}
+        # For each account name, the sessions that were refused it or stand by for it (in the order
+        # they were), for `unblock`: a superset, each entry checked against `Session.rejected` there.
+        self._refused_by: dict[str, dict[str, None]] = {}
 
     def _notify(self, what: str, session: Session | None, record: AccountRecord | None) -> None:
         for listener in self.listeners:
@@ -273,7 +283,12 @@ class Registry:
         self._writes.put_nowait((record.name, fields, record.name in self.managed))
 
     def open(self, session: Session) -> Session:
+        if session.id not in self.sessions:
+            identity = self._identity_of[session.id] = session.identity
+            self._per_identity[identity] = self._per_identity.get(identity, 0) + 1
         self.sessions[session.id] = session
+        for name in session.rejected:
+            self._refused_by.setdefault(name, {})[session.id] = None
         log.info(
             "agent %s connected from %s (zone %r, session %s)",
             session.agent_id,
@@ -283,6 +298,18 @@ class Registry:
         )
         self._notify("opened", session, None)
         return session
+
+    def sessions_of(self, identity: str) -> int:
+        """How many sessions on this replica proved agent identity `identity` (without
+        `auth.agents`, the stand-in identity their token, certificate or address gave them)."""
+        return self._per_identity.get(identity, 0)
+
+    def _refused(self, session: Session, name: str, why: str) -> None:
+        """Record that `session` may not stream `name` now (refused, or standing by), for `unblock`."""
+        session.rejected[name] = why
+        session.accounts.discard(name)
+        if self.sessions.get(session.id) is session:  # an ended session is never unblocked
+            self._refused_by.setdefault(name, {})[session.id] = None
 
     async def admit(self, session: Session, name: str, api_host: str, fingerprint: str = "") -> str | None:
         """Whether `session` may stream `name` (None) or stands by (why): one session streams an
@@ -351,8 +378,7 @@ class Registry:
         """`session` may not stream `name`: said once in the log, and to the listeners; returns `why`."""
         if session.rejected.get(name) != why:
             log.warning("%s: %s", who, why)
-        session.rejected[name] = why
-        session.accounts.discard(name)
+        self._refused(session, name, why)
         self._notify(
             AgentAccountState.REJECTED,
             session,
@@ -396,8 +422,7 @@ class Registry:
     def _stand_by(self, session: Session, name: str, why: str) -> None:
         if session.rejected.get(name) != why:
             log.info("agent %s: account %s: %s", session.agent_id, name, why)
-        session.rejected[name] = why
-        session.accounts.discard(name)
+        self._refused(session, name, why)
 
     def holds(self, name: str) -> bool:
         """Whether this replica streams the account, or serves it from cache in its grace period."""
@@ -528,6 +553,16 @@ class Registry:
     def close(self, session: Session) -> None:
         if self.sessions.pop(session.id, None) is None:
             return
+        identity = self._identity_of.pop(session.id, session.identity)
+        if (left := self._per_identity.get(identity, 0) - 1) > 0:
+            self._per_identity[identity] = left
+        else:
+            self._per_identity.pop(identity, None)
+        for name in session.rejected:
+            if (refused := self._refused_by.get(name)) is not None:
+                refused.pop(session.id, None)
+                if not refused:
+                    del self._refused_by[name]
         log.info("agent %s disconnected (session %s)", session.agent_id, session.id)
         self._notify("closed", session, None)
         loop = asyncio.get_running_loop()
@@ -602,8 +637,7 @@ class Registry:
         Returns the wait."""
         failures = session.store_failures[name] = session.store_failures.get(name, 0) + 1
         delay = min(30.0, self.store_retry_seconds * 2 ** (failures - 1))
-        session.rejected[name] = why
-        session.accounts.discard(name)
+        self._refused(session, name, why)
         asyncio.get_running_loop().call_later(delay, self._ask_again, session.id, name, why)
         return delay
 
@@ -618,13 +652,22 @@ class Registry:
     def unblock(self, name: str, standby_only: bool = False) -> None:
         """Agents refused this name (or, with `standby_only`, only those standing by for it) may
         now claim it: ask them to describe it again."""
-        for session in self.sessions.values():
-            why = session.rejected.get(name)
-            if why is None or (standby_only and not why.startswith(STANDING_BY)):
+        refused = self._refused_by.get(name)
+        if refused is None:
+            return
+        for session_id in list(refused):
+            session = self.sessions.get(session_id)
+            why = None if session is None else session.rejected.get(name)
+            if session is None or why is None:
+                refused.pop(session_id, None)  # ended, or taken since: nothing left to unblock
+                continue
+            if standby_only and not why.startswith(STANDING_BY):
                 continue
             session.refused.pop(name, None)
             if session.control is not None:
                 session.control(pb.CachingControl(resync=pb.Resync(account=name)))
+        if not refused and self._refused_by.get(name) is refused:
+            del self._refused_by[name]
 
     def serves(self, session: Session, account: str) -> bool:
         return account in session.accounts
