@@ -9,9 +9,11 @@ clock runs from the first batch written to the last one acknowledged (the hub ac
 batch once it is in its cache). The hub's CPU over that time is read from /proc.
 
 The batches are encoded before the clock starts, so this process's work while timing is writing
-bytes; it runs on the other core. Medians of --rounds, each on a fresh account.
+bytes; it runs on the other core. Medians of --rounds, each on a fresh account. The batches are
+encoded as the agent encodes them (protocol.wire): as columns, which this hub offers, or (`--form
+events`, `both`) as the event messages an agent sends a hub that does not.
 
-    .venv/bin/python bench/hub_ingest_grpc.py --objects 100000 --rounds 3
+    .venv/bin/python bench/hub_ingest_grpc.py --objects 100000 --rounds 3 --form both
 """
 
 from __future__ import annotations
@@ -32,30 +34,39 @@ from common import cpu_seconds, machine, median, run
 from hub_serving import events as config_map_events
 from hub_sessions import Session, start_hub
 
+from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import pb
+from scaleagent.protocol.wire import ColumnsMessage, EventsMessage
 
 
-def encoded_batches(account: str, n: int, batch: int, first_sequence: int) -> list[pb.CachingMessage]:
-    """ADDED then MODIFIED for n ConfigMaps, as the agent would send them, sequenced from first_sequence."""
+def encoded_batches(account: str, n: int, batch: int, first_sequence: int, form: str) -> list[pb.CachingMessage]:
+    """ADDED then MODIFIED for n ConfigMaps, encoded as the agent encodes them (`form`: "columns",
+    what it sends a hub that offers them, or "events", what it sends an older hub), sequenced from
+    first_sequence."""
     adds = config_map_events(n, 20)
+    make = ColumnsMessage if form == "columns" else EventsMessage
     out: list[pb.CachingMessage] = []
     seq = first_sequence
-    for type_, offset in ((pb.ADDED, 0), (pb.MODIFIED, n)):
+    for type_, offset in (("ADDED", 0), ("MODIFIED", n)):
         for i in range(0, n, batch):
-            msg = pb.CachingMessage()
-            msg.events.sequence = seq
-            seq += 1
+            m = make()
             for j, e in enumerate(adds[i : i + batch]):
-                ev = msg.events.events.add()
-                ev.type = type_
-                ev.account = account
-                ev.version = "v1"
-                ev.kind = "ConfigMap"
-                ev.namespace = e.namespace
-                ev.name = e.name
-                ev.resource_version = str(1000 + offset + i + j)
-                ev.object = e.object
-            out.append(msg)
+                m.add(
+                    ObjectEvent(
+                        account,
+                        "",
+                        "v1",
+                        "ConfigMap",
+                        e.namespace,
+                        e.name,
+                        "",
+                        str(1000 + offset + i + j),
+                        type_,
+                        e.object,
+                    )
+                )
+            out.append(pb.CachingMessage.FromString(m.wire(seq)))
+            seq += 1
     return out
 
 
@@ -89,10 +100,12 @@ class IngestSession(Session):
                 self.all_acked.set()
 
 
-async def one_round(target: str, hub_pid: int, i: int, n: int, batch: int, window: int) -> tuple[float, float]:
+async def one_round(
+    target: str, hub_pid: int, i: int, n: int, batch: int, window: int, form: str
+) -> tuple[float, float]:
     s = IngestSession(i, target, window)
     await s.open()  # sequence 1: the (empty) snapshot
-    messages = encoded_batches(s.account, n, batch, 2)
+    messages = encoded_batches(s.account, n, batch, 2, form)
     await asyncio.wait_for(s.first_ack.wait(), 60)  # the empty snapshot's, before the clock starts
     s.waiting_for = messages[-1].events.sequence
     assert s.caching is not None
@@ -114,25 +127,38 @@ async def main() -> None:
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--window", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--form",
+        choices=["columns", "events", "both"],
+        default="columns",
+        help="how batches carry their events: columns (what the agent sends this hub), events (what it "
+        "sends a hub that does not offer columns), or both, interleaved",
+    )
     args = p.parse_args()
-    rates: list[float] = []
-    cpus: list[float] = []
+    forms = ["columns", "events"] if args.form == "both" else [args.form]
+    rates: dict[str, list[float]] = {f: [] for f in forms}
+    cpus: dict[str, list[float]] = {f: [] for f in forms}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         hub = start_hub(tmp, f"sqlite:///{tmp / 'hub.db'}", False)
         try:
+            i = 0
             for r in range(args.rounds):
-                rate, cpu = await one_round(hub.grpc_target, hub.pid, r, args.objects, args.batch, args.window)  # type: ignore[attr-defined]
-                rates.append(rate)
-                cpus.append(cpu)
-                print(f"  round {r + 1}: {rate:,.0f} events/s, hub CPU {cpu:.2f} µs/event", flush=True)
+                for form in forms:
+                    target, pid = hub.grpc_target, hub.pid  # type: ignore[attr-defined]
+                    rate, cpu = await one_round(target, pid, i, args.objects, args.batch, args.window, form)
+                    i += 1
+                    rates[form].append(rate)
+                    cpus[form].append(cpu)
+                    print(f"  round {r + 1} ({form}): {rate:,.0f} events/s, hub CPU {cpu:.2f} µs/event", flush=True)
         finally:
             hub.stop()
     print(
         f"hub ingest over gRPC, {args.objects:,} ConfigMaps ADDED then MODIFIED, batches of {args.batch}, "
         f"window {args.window}, median of {args.rounds} ({machine()})"
     )
-    print(f"  {median(rates):,.0f} events/s   hub CPU {median(cpus):.2f} µs/event")
+    for form in forms:
+        print(f"  {form:8s} {median(rates[form]):,.0f} events/s   hub CPU {median(cpus[form]):.2f} µs/event")
 
 
 if __name__ == "__main__":

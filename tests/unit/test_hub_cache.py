@@ -598,3 +598,62 @@ def test_a_deleted_object_recreated_under_its_name_counts_as_gone():
     assert not c.reached("a", gone)
     c.apply("a", [modified("Pod", "web-0", rv="9", obj=new)])
     assert c.reached("a", gone)
+
+
+def several_accounts() -> list[pb.Event]:
+    def of(account: str, ev: pb.Event, read_at: int = 0) -> pb.Event:
+        ev.account, ev.read_at_unix_ms = account, read_at
+        return ev
+
+    return [
+        of("a", begin("Pod")),
+        of("a", added("Pod", "p1")),
+        of("x", added("Pod", "intruder"), 5),
+        of("b", added("Pod", "q1"), 7),
+        of("a", end("Pod")),
+        of("b", modified("Pod", "q1", rv="9", labels={"v": "2"}), 8),
+        of("a", added("Pod", "", obj=body("x"))),  # no name: rejected, still counted as an object's event
+    ]
+
+
+def as_columns(events: list[pb.Event]) -> pb.EventBatch:
+    batch = pb.EventBatch(sequence=1)
+    c = batch.columns
+    for e in events:
+        c.types.append(e.type)
+        c.accounts.append(e.account)
+        c.groups.append(e.group)
+        c.versions.append(e.version)
+        c.kinds.append(e.kind)
+        c.namespaces.append(e.namespace)
+        c.names.append(e.name)
+        c.resource_versions.append(e.resource_version)
+        c.objects.append(e.object)
+        c.read_at_unix_ms.append(e.read_at_unix_ms)
+    return batch
+
+
+@pytest.mark.parametrize("form", ["events", "columns"])
+def test_a_batch_of_several_accounts_applies_those_accepted_and_collects_their_stamps(form):
+    events = several_accounts()
+    batch = pb.EventBatch(sequence=1, events=events) if form == "events" else as_columns(events)
+    c = Cache()
+    stamps: list[int] = []
+    done = c.apply_batch(batch, accepted={"a", "b"}, stamps=stamps)
+    assert (done.objects, done.markers, done.dropped) == (4, 2, 1)
+    assert stamps == [7, 8] and c.rejected == 1
+    assert names(c, "a") == ["p1"] and names(c, "b") == ["q1"] and names(c, "x") == []
+    assert names(c, "b", label_selector=parse_label_selector("v=2")) == ["q1"]
+
+
+def test_a_batch_whose_columns_do_not_line_up_is_refused_whole():
+    batch = as_columns(several_accounts())
+    del batch.columns.names[-1]
+    c = Cache()
+    with pytest.raises(ValueError, match="columns of a batch have different lengths"):
+        c.apply_batch(batch, accepted={"a", "b"}, stamps=[])
+    both = as_columns(several_accounts())
+    both.events.append(added("Pod", "p9"))
+    with pytest.raises(ValueError, match="not both"):
+        c.apply_batch(both, accepted={"a", "b"}, stamps=[])
+    assert c.accounts() == []

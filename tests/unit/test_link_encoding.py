@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 
 import grpc
+import pytest
 
 from scaleagent.agent.link import HubLink, LinkSettings, _to_wire
 from scaleagent.hub.agents.link import _sized, sized_caching_message
 from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import EVENT_TYPES, pb
-from scaleagent.protocol.wire import EventsMessage, varint
+from scaleagent.protocol.wire import ColumnsMessage, EventsMessage, varint
 
 TEXTS = ["", "a", "ns-1", "é", "名前", "🙂x", "x" * 127, "y" * 128, "z" * 20_000, "\u0000", "ü" * 70]
 
@@ -66,25 +67,66 @@ def test_varints_are_protobufs():
         assert m.SerializeToString()[1:] == varint(value)
 
 
-def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order():
+def events_of(message: pb.CachingMessage) -> list[pb.Event]:
+    """The events of a batch in either form, as Event messages."""
+    batch = message.events
+    if not batch.HasField("columns"):
+        return list(batch.events)
+    c = batch.columns
+    read_at = list(c.read_at_unix_ms) or [0] * len(c.types)
+    return [
+        pb.Event(
+            type=t,
+            account=a,
+            group=g,
+            version=v,
+            kind=k,
+            namespace=ns,
+            name=n,
+            resource_version=rv,
+            object=o,
+            read_at_unix_ms=r,
+        )
+        for t, a, g, v, k, ns, n, rv, o, r in zip(
+            c.types,
+            c.accounts,
+            c.groups,
+            c.versions,
+            c.kinds,
+            c.namespaces,
+            c.names,
+            c.resource_versions,
+            c.objects,
+            read_at,
+        )
+    ]
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["events", "columns"])
+def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order(columns):
     rng = random.Random(4)
     link = HubLink(LinkSettings(target="localhost:1"))
     link._max_bytes = 50_000
+    link._columns = columns  # what the hub's Welcome offered
+    make = ColumnsMessage if columns else EventsMessage
     events = [random_event(rng) for _ in range(300)]
-    alone = [EventsMessage().add(e) for e in events]
+    alone = [make().add(e) for e in events]
     fitting = [e for e, size in zip(events, alone) if size <= link._max_bytes]
     messages = link._split(events)
+    assert all(type(m) is make for m in messages)
     assert link.dropped_oversize == len(events) - len(fitting) > 0
     parsed = [pb.CachingMessage.FromString(m.wire(seq)) for seq, m in enumerate(messages, 1)]
-    assert [ev.name for p in parsed for ev in p.events.events] == [e.name for e in fitting]
+    assert [e for p in parsed for e in events_of(p)] == [
+        ev for e in fitting for ev in protobufs_own([e], 0).events.events
+    ]
     for seq, (m, p) in enumerate(zip(messages, parsed), 1):
-        assert 0 < len(m) == len(p.events.events) and m.size <= link._max_bytes
+        assert 0 < len(m) == len(events_of(p)) and len(m.wire(seq)) <= link._max_bytes + 64
         assert p.events.sequence == seq and p.WhichOneof("message") == "events"
     # Full messages: each next one would not have fitted the event that starts it.
     starts = 0
     for m in messages[:-1]:
         starts += len(m)
-        assert m.size + EventsMessage().add(fitting[starts]) > link._max_bytes
+        assert m.size + make().add(fitting[starts]) > link._max_bytes
 
 
 def test_the_stream_writes_events_as_they_are_and_other_messages_as_protobufs():

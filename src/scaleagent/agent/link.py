@@ -35,7 +35,7 @@ from google.protobuf.json_format import MessageToDict
 from .. import __version__
 from ..kube.events import ObjectEvent
 from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
-from ..protocol.wire import EventsMessage
+from ..protocol.wire import ColumnsMessage, EventsMessage
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest
 from .token import TokenCommand, TokenCommandError
 
@@ -165,6 +165,7 @@ class HubLink:
         self._task: asyncio.Task[None] | None = None
         self._max_bytes = 4 * 1024 * 1024
         self._heads: dict[tuple[str, str, str, str, str], bytes] = {}  # see EventsMessage
+        self._columns = False  # whether the hub's Welcome offered event_columns
         self._heard_at = 0.0  # monotonic: when the hub last said anything on this connection
 
     # --- the sink side, called by the watch engine ------------------------------------------------
@@ -326,6 +327,7 @@ class HubLink:
             self.session_id = w.session_id
             if w.max_message_bytes:
                 self._max_bytes = max(1024, w.max_message_bytes - FRAMING_MARGIN)
+            self._columns = w.event_columns  # a hub that reads batches as columns reads them faster
             operations = stub.Operations(metadata=metadata)
             await operations.write(
                 pb.OperationsMessage(
@@ -453,19 +455,21 @@ class HubLink:
         for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
-    def _split(self, batch: Sequence[ObjectEvent]) -> list[EventsMessage]:
-        """Protocol messages that stay below the hub's message size limit, in wire format.
+    def _split(self, batch: Sequence[ObjectEvent]) -> list[EventsMessage | ColumnsMessage]:
+        """Protocol messages that stay below the hub's message size limit: columns for a hub that
+        reads them (`ColumnsMessage`), event messages in wire format for one that does not.
 
-        Each event is encoded once, into its message (`EventsMessage`), which knows its size as it
-        grows: an event that would take a message past the limit starts the next one; one that is
-        over the limit alone is not sent (and logged)."""
-        messages: list[EventsMessage] = []
-        current: EventsMessage | None = None
+        Each event is added once to its message, which knows its size as it grows: an event that
+        would take a message past the limit starts the next one; one that is over the limit alone
+        is not sent (and logged)."""
+        make = ColumnsMessage if self._columns else EventsMessage
+        messages: list[EventsMessage | ColumnsMessage] = []
+        current: EventsMessage | ColumnsMessage | None = None
         limit = self._max_bytes
         heads = self._heads
         for e in batch:
             if current is None:
-                current = EventsMessage(heads)
+                current = make(heads)
                 messages.append(current)
             mark = current.mark()
             taken = current.add(e)
@@ -486,7 +490,7 @@ class HubLink:
                     messages.pop()
                     current = None
                 continue
-            current = EventsMessage(heads)
+            current = make(heads)
             messages.append(current)
             current.add(e)
         return messages

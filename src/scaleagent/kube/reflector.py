@@ -48,7 +48,7 @@ IDLE_TIMEOUT = 90.0  # seconds of silence (no event, no bookmark) after which a 
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark annotation that ends a streamed list
 
 
-class _Meta(msgspec.Struct):
+class _Meta(msgspec.Struct, gc=False):
     """What the agent reads of an object: its identity. Everything else is checked to be JSON
     (msgspec validates what it skips) and passed on as the server's own bytes."""
 
@@ -58,25 +58,25 @@ class _Meta(msgspec.Struct):
     resourceVersion: str = ""
 
 
-class _Item(msgspec.Struct):
+class _Item(msgspec.Struct, gc=False):
     metadata: _Meta = msgspec.field(default_factory=_Meta)
     apiVersion: str = ""  # custom resources' list items carry their type; built-in kinds' do not
     kind: str = ""
 
 
-class _Line(msgspec.Struct):
+class _Line(msgspec.Struct, gc=False):
     """One watch line: `{"type": ..., "object": {...}}`."""
 
     type: str
     object: _Item
 
 
-class _ListMeta(msgspec.Struct):
+class _ListMeta(msgspec.Struct, gc=False):
     resourceVersion: str = ""
     next: str = msgspec.field(default="", name="continue")
 
 
-class _Page(msgspec.Struct):
+class _Page(msgspec.Struct, gc=False):
     """One LIST page: its items as the exact bytes the server wrote (msgspec.Raw), not re-encoded."""
 
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
@@ -542,7 +542,8 @@ class Reflector:
         rv = ""
         read_at = time.time()  # these lines arrived together
         fast = not self.metadata_only and self.transform is None
-        account, kind, resumed_from = self.account, self.kind, self._resumed_from
+        account, kind = self.account, self.kind
+        resumed_from = str(self._resumed_from) if self._resumed_from is not None else ""
         group, version, kind_name = kind.group, kind.version, kind.kind
         for line in lines:
             if fast and line:
@@ -576,8 +577,13 @@ class Reflector:
                                 read_at,
                             )
                         )
-                        if resumed_from is not None and event_rv.isdigit() and int(event_rv) < resumed_from:
-                            self._check_forward(event_rv)  # raises ClusterReplaced, with the reason
+                        # Older than the resume point? Decimal versions compare by length,
+                        # then by their digits: no integer is built for the common answer, no.
+                        if resumed_from and (
+                            len(event_rv) < len(resumed_from)
+                            or (len(event_rv) == len(resumed_from) and event_rv < resumed_from)
+                        ):
+                            self._check_forward(event_rv)  # raises ClusterReplaced when it really is
                         rv = event_rv or rv
                         continue
             error, rv = self._decode_general(line, out, read_at, rv)

@@ -22,7 +22,7 @@ from ..kube.events import ObjectEvent
 from . import EVENT_TYPES
 from .v1 import agent_pb2 as pb
 
-__all__ = ["EventsMessage", "varint"]
+__all__ = ["ColumnsMessage", "EventsMessage", "varint"]
 
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 
@@ -168,3 +168,113 @@ class EventsMessage:
         """The serialized `CachingMessage{events: EventBatch{sequence, events}}`."""
         head = _SEQUENCE + varint(sequence) if sequence else b""
         return b"".join((_MESSAGE_EVENTS, varint(len(head) + self.size), head, *self.parts))
+
+
+class ColumnsMessage:
+    """One `CachingMessage` whose batch carries its events as columns (`EventColumns`), for a hub
+    whose Welcome offers `event_columns`; the same surface as `EventsMessage`.
+
+    Events are appended to one Python list per column and the message is built from the lists
+    when written (protobuf copies each list in one call). `size` is a bound, a few bytes per event
+    above the exact size, so that a message filled up to the hub's limit stays under it."""
+
+    __slots__ = (
+        "types",
+        "accounts",
+        "groups",
+        "versions",
+        "kinds",
+        "namespaces",
+        "names",
+        "resource_versions",
+        "objects",
+        "read_at",
+        "stamped",
+        "size",
+        "count",
+    )
+
+    def __init__(self, heads: object = None) -> None:
+        self.types: list[pb.EventType] = []
+        self.accounts: list[str] = []
+        self.groups: list[str] = []
+        self.versions: list[str] = []
+        self.kinds: list[str] = []
+        self.namespaces: list[str] = []
+        self.names: list[str] = []
+        self.resource_versions: list[str] = []
+        self.objects: list[bytes] = []
+        self.read_at: list[int] = []
+        self.stamped = 0  # events with a read time: none, and the column is left out
+        self.size = 0
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def add(self, e: ObjectEvent) -> int:
+        """Append `e`; returns the bytes it may take (an upper bound)."""
+        texts = e.account + e.group + e.version + e.kind + e.namespace + e.name + e.resource_version
+        text_bytes = len(texts) if texts.isascii() else len(texts.encode("utf-8", "surrogatepass"))
+        obj = e.object or b""
+        read_at = int(e.read_at * 1000)
+        # 7 strings with their tags and (up to 3-byte) lengths, the object with its, a type, a time
+        taken = text_bytes + 28 + len(obj) + 6 + 1 + 10
+        self.types.append(EVENT_TYPES[e.type])
+        self.accounts.append(e.account)
+        self.groups.append(e.group)
+        self.versions.append(e.version)
+        self.kinds.append(e.kind)
+        self.namespaces.append(e.namespace)
+        self.names.append(e.name)
+        self.resource_versions.append(e.resource_version)
+        self.objects.append(obj)
+        self.read_at.append(read_at)
+        if read_at:
+            self.stamped += 1
+        self.size += taken
+        self.count += 1
+        return taken
+
+    def mark(self) -> int:
+        return self.count
+
+    def drop_last(self, mark: int, taken: int) -> None:
+        for column in (
+            self.types,
+            self.accounts,
+            self.groups,
+            self.versions,
+            self.kinds,
+            self.namespaces,
+            self.names,
+            self.resource_versions,
+            self.objects,
+        ):
+            del column[mark:]
+        if self.read_at.pop():
+            self.stamped -= 1
+        self.size -= taken
+        self.count -= 1
+
+    def message(self, sequence: int) -> pb.CachingMessage:
+        m = pb.CachingMessage()
+        batch = m.events
+        batch.sequence = sequence
+        c = batch.columns
+        c.types.extend(self.types)
+        c.accounts.extend(self.accounts)
+        c.groups.extend(self.groups)
+        c.versions.extend(self.versions)
+        c.kinds.extend(self.kinds)
+        c.namespaces.extend(self.namespaces)
+        c.names.extend(self.names)
+        c.resource_versions.extend(self.resource_versions)
+        c.objects.extend(self.objects)
+        if self.stamped:
+            c.read_at_unix_ms.extend(self.read_at)
+        return m
+
+    def wire(self, sequence: int) -> bytes:
+        """The serialized `CachingMessage{events: EventBatch{sequence, columns}}`."""
+        return self.message(sequence).SerializeToString()

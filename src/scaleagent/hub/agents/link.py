@@ -154,6 +154,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                         protocol_version=PROTOCOL_VERSION,
                         max_message_bytes=self.max_message_bytes,
                         heartbeats=True,
+                        event_columns=True,
                     )
                 )
             )
@@ -331,7 +332,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                         f"batch sequence {batch.sequence} where {expected} was expected",
                     )
                 expected += 1
-                self._apply(session, batch.events)
+                self._apply(session, batch)
                 assert session.control is not None
                 session.control(pb.CachingControl(ack=pb.Ack(sequence=batch.sequence)))
             elif which == "account":
@@ -386,24 +387,17 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         if why is not None:
             _refuse(session, a.name, why)
 
-    def _apply(self, session: Session, events: Any) -> None:
-        """Runs of one account go to the cache together; events of accounts not accepted are dropped."""
+    def _apply(self, session: Session, batch: pb.EventBatch) -> None:
+        """The batch goes to the cache in one pass; events of accounts not accepted are dropped."""
         session.batches += 1
-        session.events += len(events)
-        start, n = 0, len(events)
-        while start < n:
-            account = events[start].account
-            end = start + 1
-            while end < n and events[end].account == account:
-                end += 1
-            if account in session.accounts:
-                run = events[start:end]
-                markers = self.cache.apply(account, run)
-                session.events -= markers  # objects' events only, as /api/v1/stats counts them
-                self.metrics.applied(end - start - markers, [e.read_at_unix_ms for e in run], time.time() * 1000)
-            else:
-                session.dropped += end - start
-            start = end
+        stamps: list[int] = []
+        try:
+            done = self.cache.apply_batch(batch, session.accounts, stamps)
+        except ValueError as e:
+            raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, f"batch {batch.sequence}: {e}") from None
+        session.events += done.objects + done.dropped  # objects' events only, as /api/v1/stats counts them
+        session.dropped += done.dropped
+        self.metrics.applied(done.objects, stamps, time.time() * 1000)
 
     async def Operations(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         """Attached to its Caching session: operations go down it, their results come back."""

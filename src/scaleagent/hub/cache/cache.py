@@ -54,7 +54,16 @@ import orjson
 from ...kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
 from ...protocol.v1 import agent_pb2 as pb
 
-__all__ = ["APPLICATION", "CLUSTER", "Cache", "Change", "Subscription", "SubscriptionOverflow", "version_at_least"]
+__all__ = [
+    "APPLICATION",
+    "CLUSTER",
+    "BatchApplied",
+    "Cache",
+    "Change",
+    "Subscription",
+    "SubscriptionOverflow",
+    "version_at_least",
+]
 
 log = logging.getLogger("scaleagent.hub.cache")
 
@@ -69,28 +78,28 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 
-class _Annotations(msgspec.Struct):
+class _Annotations(msgspec.Struct, gc=False):
     """The two annotations the cache indexes; every other annotation is skipped unread."""
 
     application: Any = msgspec.field(default=None, name=APPLICATION)
     cluster: Any = msgspec.field(default=None, name=CLUSTER)
 
 
-class _Metadata(msgspec.Struct):
+class _Metadata(msgspec.Struct, gc=False):
     uid: Any = None
     labels: msgspec.Raw = msgspec.Raw()  # kept as bytes: a label set seen before is one dict lookup
     annotations: _Annotations | None = None
 
 
-class _Object(msgspec.Struct):
+class _Object(msgspec.Struct, gc=False):
     metadata: _Metadata | None = None
 
 
-class _UidMetadata(msgspec.Struct):
+class _UidMetadata(msgspec.Struct, gc=False):
     uid: Any = None
 
 
-class _UidObject(msgspec.Struct):
+class _UidObject(msgspec.Struct, gc=False):
     metadata: _UidMetadata | None = None
 
 
@@ -374,7 +383,7 @@ class _LabelSets:
         self._pool: dict[tuple[str, ...], tuple[str, ...]] = {}
         # The same label sets by the bytes they came as: a set seen before costs hashing its
         # bytes, with nothing decoded, built or interned.
-        self._by_bytes: dict[bytes, tuple[str, ...]] = {}
+        self.by_bytes: dict[bytes, tuple[str, ...]] = {}
         self._limit = limit
 
     def from_json(self, raw: msgspec.Raw) -> tuple[str, ...]:
@@ -382,15 +391,15 @@ class _LabelSets:
         if not raw:
             return ()
         key = bytes(raw)
-        shared = self._by_bytes.get(key)
+        shared = self.by_bytes.get(key)
         if shared is None:
             try:
                 shared = self.get(_loads(key))
             except _JSONDecodeError:  # not reachable: msgspec checked the bytes are JSON
                 shared = ()
-            if len(self._by_bytes) >= self._limit:
-                self._by_bytes.clear()
-            self._by_bytes[key] = shared
+            if len(self.by_bytes) >= self._limit:
+                self.by_bytes.clear()
+            self.by_bytes[key] = shared
         return shared
 
     def get(self, raw: Any) -> tuple[str, ...]:
@@ -563,6 +572,15 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+@dataclass(slots=True)
+class BatchApplied:
+    """What `Cache.apply_batch` did with a batch."""
+
+    objects: int = 0  # objects' events (applied, or ignored as stale or unusable)
+    markers: int = 0  # snapshot markers
+    dropped: int = 0  # events of accounts not accepted
+
+
 class Cache:
     """Every account's objects, fed by agents' event batches; see the module docstring."""
 
@@ -586,43 +604,108 @@ class Cache:
 
         Never raises: an event that cannot be used is skipped and counted in ``rejected``.
         """
-        acct = self._accounts.get(account)
-        if acct is None:
-            acct = self._accounts[account] = _Account(account)
-        kinds = acct.kinds
-        last_key: tuple[str, str] | None = None
+        rows = (
+            (e.type, account, e.group, e.version, e.kind, e.namespace, e.name, e.resource_version, e.object, 0)
+            for e in events
+        )
+        return self._apply(rows, None, None).markers
+
+    def apply_batch(self, batch: Any, accepted: Collection[str], stamps: list[int]) -> BatchApplied:
+        """Apply an agent's ``EventBatch``, whose events name their accounts: those of an account
+        not in ``accepted`` are dropped (counted). The nonzero ``read_at_unix_ms`` of the events
+        applied are appended to ``stamps``. The batch's events come as messages or as columns
+        (``EventColumns``: each column is read in one step, not each event's fields one by one).
+
+        Raises ValueError for a batch whose columns do not line up (nothing of it is applied).
+        """
+        if batch.HasField("columns"):
+            if len(batch.events):
+                raise ValueError("a batch carries its events as messages or as columns, not both")
+            c = batch.columns
+            n = len(c.types)
+            lengths = [len(c.accounts), len(c.groups), len(c.versions), len(c.kinds), len(c.namespaces)]
+            lengths += [len(c.names), len(c.resource_versions), len(c.objects)]
+            read_at = list(c.read_at_unix_ms) if len(c.read_at_unix_ms) else [0] * n
+            if any(k != n for k in lengths) or len(read_at) != n:
+                raise ValueError(f"the columns of a batch have different lengths: {[n, *lengths, len(read_at)]}")
+            rows: Iterable[tuple[Any, ...]] = zip(
+                c.types,
+                c.accounts,
+                c.groups,
+                c.versions,
+                c.kinds,
+                c.namespaces,
+                c.names,
+                c.resource_versions,
+                c.objects,
+                read_at,
+            )
+        else:
+            rows = (
+                (
+                    e.type,
+                    e.account,
+                    e.group,
+                    e.version,
+                    e.kind,
+                    e.namespace,
+                    e.name,
+                    e.resource_version,
+                    e.object,
+                    e.read_at_unix_ms,
+                )
+                for e in batch.events
+            )
+        return self._apply(rows, accepted, stamps)
+
+    def _apply(
+        self, rows: Iterable[tuple[Any, ...]], accepted: Collection[str] | None, stamps: list[int] | None
+    ) -> BatchApplied:
+        """Events as rows (type, account, group, version, kind, namespace, name, resource_version,
+        object, read_at_unix_ms): the one loop every event of every agent goes through."""
+        objects = markers = dropped = 0
+        acct: _Account | None = None
+        last_group: str | None = None
+        last_kind = ""
         kind: _Kind | None = None
         now = time.time()
-        markers = 0
-        for ev in events:
+        for t, account, group, version, kind_name, namespace, name, rv, obj, read_at in rows:
             try:
-                key = (ev.group, ev.kind)
-                if key != last_key:
-                    found = kinds.get(key)
+                if acct is None or account != acct.name:
+                    if accepted is not None and account not in accepted:
+                        dropped += 1
+                        continue
+                    acct = self._accounts.get(account)
+                    if acct is None:
+                        acct = self._accounts[account] = _Account(account)
+                    last_group = None
+                if stamps is not None:
+                    objects += 1  # markers are taken out at the end
+                    if read_at:
+                        stamps.append(read_at)
+                if kind_name != last_kind or group != last_group:
+                    found = acct.kinds.get((group, kind_name))
                     if found is None:
-                        if not key[1]:
+                        if not kind_name:
                             raise _Rejected("no kind")
-                        found = kinds[key] = _Kind(*key)
-                    kind, last_key = found, key
+                        found = acct.kinds[(group, kind_name)] = _Kind(group, kind_name)
+                    kind, last_group, last_kind = found, group, kind_name
                     kind.last_event_at = now
                 assert kind is not None
-                version = ev.version
-                if version:
+                if version and version != kind.version:
                     kind.version = version
-                t = ev.type
-                rv = ev.resource_version
                 applied = True
                 if t == _ADDED or t == _MODIFIED:
-                    applied = self._upsert(acct, kind, ev.namespace, ev.name, rv, ev)
+                    applied = self._upsert(acct, kind, namespace, name, rv, obj)
                 elif t == _DELETED:
-                    applied = self._delete(acct, kind, ev.namespace, ev.name, rv, ev.object)
+                    applied = self._delete(acct, kind, namespace, name, rv, obj)
                 elif t == _BEGIN:
                     markers += 1
                     kind.gen += 1
-                    kind.open[_intern(ev.namespace)] = kind.gen
+                    kind.open[_intern(namespace)] = kind.gen
                 elif t == _END:
                     markers += 1
-                    self._end_snapshot(acct, kind, ev.namespace, rv)
+                    self._end_snapshot(acct, kind, namespace, rv)
                 else:
                     raise _Rejected(f"unknown event type {t}")
                 if not applied:
@@ -630,18 +713,17 @@ class Cache:
                 elif rv:
                     acct.rv = rv
             except _Rejected as e:
-                self._reject(account, ev, str(e))
+                self._reject(account, group, kind_name, str(e))
             except Exception as e:
-                self._reject(account, ev, f"{type(e).__name__}: {e}")
-        return markers
+                self._reject(account, group, kind_name, f"{type(e).__name__}: {e}")
+        return BatchApplied(objects - markers if stamps is not None else 0, markers, dropped)
 
-    def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, ev: Any) -> bool:
+    def _upsert(self, acct: _Account, kind: _Kind, namespace: str, name: str, rv: str, obj: bytes) -> bool:
         """Returns False when the event was stale and ignored."""
         if not name:
             raise _Rejected("no name")
         nsd = kind.namespaces.get(namespace)
         old = nsd.get(name) if nsd is not None else None
-        obj = ev.object
         if old is not None and rv and old.rv == rv and old.obj == obj:
             # Seen again, unchanged (a resent snapshot): nothing to parse or tell. The bytes are
             # compared too (cheap next to parsing): a cluster rebuilt with fresh storage reuses
@@ -663,13 +745,26 @@ class Cache:
             # come from a cluster restored from a backup, where versions went back for real.
             if uid and acct.deleted:
                 acct.deleted.pop(uid, None)
-        elif uid and old is not None and _older(rv, old.rv) and uid == _uid(old.obj):
+        elif (
+            uid
+            and old is not None
+            and rv.isdigit()
+            and (held := old.rv).isdigit()
+            and int(rv) < int(held)  # _older, inlined: this runs for every change of a held object
+            and uid == _uid(old.obj)
+        ):
             return False  # an older version of the object held
         elif acct.deleted and uid and uid in acct.deleted:
             if acct.deleted_since(uid, rv):
                 return False  # a version from before the object was deleted: it stays deleted
             del acct.deleted[uid]  # newer than its deletion: only a restored cluster does that
-        labels = self._label_sets.from_json(meta.labels)
+        raw = meta.labels
+        if raw:
+            labels = self._label_sets.by_bytes.get(bytes(raw))  # from_json's common case, inlined
+            if labels is None:
+                labels = self._label_sets.from_json(raw)
+        else:
+            labels = ()
         annotations = meta.annotations
         app = cluster = None
         if annotations is not None:
@@ -758,12 +853,9 @@ class Cache:
         self._objects -= 1
         self._bytes -= len(e.obj)
 
-    def _reject(self, account: str, ev: Any, why: str) -> None:
+    def _reject(self, account: str, group: Any, kind: Any, why: str) -> None:
         self.rejected += 1
-        try:
-            label = f"{ev.kind}.{ev.group}" if ev.group else str(ev.kind)
-        except Exception:
-            label = "?"
+        label = f"{kind}.{group}" if group else str(kind)
         if (account, label) not in self._warned:
             self._warned.add((account, label))
             log.warning(
