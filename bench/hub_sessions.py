@@ -115,12 +115,12 @@ def config_map(account: str, j: int) -> bytes:
     ).encode()
 
 
-# Seconds a session waits for the hub's Welcome before the bench gives it up. An agent gives up
-# after 15 s (agent/link.py WELCOME_TIMEOUT) and connects again after its backoff; the bench waits
-# longer, to count a slow Welcome as slow rather than lost. A stream still waiting for the hub to
-# take it after 30 s is cancelled by the hub's gRPC itself before that (CANCELLED, its
-# grpc.server_max_unrequested_time_in_server), and streams beyond the hub's grpc.maxPendingCalls
-# waiting are refused the same way: neither reaches the hub's log.
+# Seconds a session waits for the hub's Welcome before the bench gives it up, as an agent does
+# (agent/link.py WELCOME_TIMEOUT, 60 s; it was 15 s), to count a slow Welcome as slow rather than
+# lost. A stream still waiting for the hub to take it after 30 s is cancelled by the hub's gRPC
+# itself before that (CANCELLED, its grpc.server_max_unrequested_time_in_server), and streams
+# beyond the hub's grpc.maxPendingCalls waiting are refused the same way: neither reaches the
+# hub's log.
 WELCOME_WAIT = 60.0
 
 

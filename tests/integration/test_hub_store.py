@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,8 @@ from scaleagent.hub.store import (
     StateConflict,
     Store,
     StoreError,
+    StoreTransient,
+    StoreUnavailable,
     async_url,
 )
 from scaleagent.hub.store.migrate import HEAD, alembic_config
@@ -394,3 +397,51 @@ async def test_bad_source_and_desired_state_are_refused(store: Store) -> None:
         await store.create_accounts({"a": {"desired_state": "RUNNING"}})
     with pytest.raises(StoreError, match=r"expected states given for 'b', which is not updated"):
         await store.update_accounts({"a": {}}, expect_states={"b": ["ACTIVE"]})
+
+
+# --- what is worth trying again ---------------------------------------------------------------
+
+
+async def test_a_write_while_another_connection_holds_sqlite_is_worth_trying_again(tmp_path: Path, monkeypatch) -> None:
+    """ "database is locked" says only that another connection wrote for longer than the wait: the
+    same write later lands (the registry's account writes run again on StoreTransient)."""
+    import sqlite3
+
+    from scaleagent.hub.store import store as store_module
+
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 50)  # fail fast instead of after 5 s
+    path = tmp_path / "hub.db"
+    async with await Store.open(f"sqlite:///{path}") as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process writing, as a second hub or a backup would
+            with pytest.raises(StoreUnavailable, match=r"upsert_account 'a' on sqlite:///.*: database is locked"):
+                await store.upsert_account("a", state="ACTIVE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        assert (await store.upsert_account("a", state="ACTIVE")).state == "ACTIVE"
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+async def test_a_server_that_went_away_is_worth_trying_again_and_a_refused_value_is_not(backend: str) -> None:
+    """A hub whose database server stopped after it opened it: each call fails as StoreUnavailable
+    (the connection cannot be made), not as an answer of the database; a value the store refuses
+    fails the same way every time, as a plain StoreError."""
+    from scaleagent.hub.store.store import _create_engine
+    from scaleagent.hub.store.urls import redact_url
+
+    with socket.socket() as probe:  # a port nothing listens on: the server is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"{backend}://root@127.0.0.1:{port}/hub"
+    store = Store(_create_engine(async_url(url)), redact_url(url), None)
+    try:
+        with pytest.raises(StoreUnavailable, match=rf"get_account 'a' on {backend}://root@127.0.0.1:{port}/hub: "):
+            await store.get_account("a")
+        with pytest.raises(StoreError) as refused:
+            await store.upsert_account("a", kube_host="h" * 100_000)
+        assert not isinstance(refused.value, StoreTransient)
+        assert "kube_host is 100000 characters long" in str(refused.value)
+    finally:
+        await store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from scaleagent.hub.agents.registry import ACTIVE, DISCONNECTED, ORPHANED, Registry, Session
 from scaleagent.hub.auth.agents import AgentIdentity
@@ -205,14 +206,14 @@ async def test_a_static_account_is_recorded_only_along_its_transitions(tmp_path,
             kinds=["ConfigMap"],
             properties={},
         )
-        await registry._writes.join()
+        await registry.writes_done()
         assert (await store.get_account("static")).state == "ACTIVE"
         record = registry.accounts["static"]
         record.stored = AccountState.INACTIVE  # as if its agent had dropped it
         record.api_host = "https://moved"
         with caplog.at_level(logging.ERROR, logger="scaleagent.hub.registry"):
             registry._record(record, AccountState.ORPHANED)  # INACTIVE -> ORPHANED: no agent can cause it
-        await registry._writes.join()
+        await registry.writes_done()
         row = await store.get_account("static")
         assert row.state == "ACTIVE", "an illegal move is not written"
         assert row.kube_host == "https://moved", "what agents say of the account still is"
@@ -325,3 +326,93 @@ async def test_an_account_the_database_could_not_claim_is_asked_for_again_later(
     describe(registry, agent, "prod", CLUSTER_A)
     await next_timers(loop)
     assert [m.resync.account for m in agent.sent if m.WhichOneof("message") == "resync"] == ["prod"]
+
+
+class Said(logging.Handler):
+    """Counts the lines of the registry's log that contain `words` (the log is what an operator
+    sees); `times(n)` waits until there were n."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__()
+        self.words, self.count, self.changed = words, 0, asyncio.Condition()
+        self.loop = asyncio.get_running_loop()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.count += 1
+            self.loop.create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def times(self, n: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.count >= n)
+
+
+async def test_account_changes_made_while_the_database_is_locked_land_newest_last(tmp_path, monkeypatch):
+    """At 2,000 sessions on SQLite the hub logged `database is locked` and dropped the account's
+    write. A write the database cannot take now is run again until it lands, with the account's
+    newest state: never an older one over it, never nothing."""
+    import sqlite3
+
+    from scaleagent.hub.store import Store
+    from scaleagent.hub.store import store as store_module
+
+    monkeypatch.setattr(store_module, "SQLITE_BUSY_TIMEOUT_MS", 50)  # "locked" after 50 ms, not 5 s
+    path = tmp_path / "hub.db"
+    store = await Store.open(f"sqlite:///{path}")
+    registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
+    registry.write_retry_seconds, registry.write_retry_max_seconds = 0.05, 0.2
+    said = Said("cannot record it in the database")
+    logger = logging.getLogger("scaleagent.hub.registry")
+    logger.addHandler(said)
+    level, logger.level = logger.level, logging.DEBUG  # each refused attempt, not only the first
+    other = sqlite3.connect(path, isolation_level=None)  # another connection writing for a long while
+    try:
+        await registry.start()
+        agent = session(registry, "agent-1")
+        other.execute("BEGIN IMMEDIATE")
+        describe(registry, agent, "prod", CLUSTER_A)  # ACTIVE, served by agent-1
+        await said.times(1)  # the write was refused while the lock is held...
+        registry.remove(agent, "prod")  # ...the agent stops following it meanwhile: INACTIVE...
+        await said.times(2)  # ...and that is refused too
+        assert other.execute("SELECT count(*) FROM kubesvc_accounts").fetchone() == (0,)
+        other.execute("ROLLBACK")
+
+        await registry.writes_done()
+        row = await store.get_account("prod")
+        assert row is not None, "the account's record was lost"
+        assert (row.state, row.kube_host, row.agent_id) == ("INACTIVE", CLUSTER_A["api_host"], "agent-1")
+        assert registry.write_retries >= 1
+    finally:
+        other.close()
+        logger.removeHandler(said)
+        logger.level = level
+        await registry.stop()
+        await store.close()
+
+
+async def test_a_write_the_database_refuses_for_good_is_logged_and_the_others_still_land(tmp_path, caplog):
+    """An agent describing an API server address longer than the column: that account's write is
+    refused every time, so it is dropped with the reason in the log; later accounts are recorded."""
+    from scaleagent.hub.store import Store
+
+    store = await Store.open(f"sqlite:///{tmp_path / 'hub.db'}")
+    registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
+    await registry.start()
+    try:
+        agent = session(registry, "agent-1")
+        with caplog.at_level(logging.ERROR, logger="scaleagent.hub.registry"):
+            describe(registry, agent, "huge", {"api_host": "https://" + "h" * 5000, "fingerprint": "AA"})
+            describe(registry, agent, "fine", CLUSTER_B)
+            await registry.writes_done()
+        assert await store.get_account("huge") is None
+        assert (await store.get_account("fine")).state == "ACTIVE"
+        assert "account huge: the database refused to record state='ACTIVE', agent_id='agent-1'" in caplog.text
+        assert "kube_host is 5008 characters long" in caplog.text
+        assert registry.write_retries == 0
+    finally:
+        await registry.stop()
+        await store.close()

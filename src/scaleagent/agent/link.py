@@ -41,8 +41,21 @@ from .token import TokenCommand, TokenCommandError
 
 log = logging.getLogger("scaleagent.agent.link")
 
-# A Welcome that does not come within this time means the peer is not a hub (or is stuck).
-WELCOME_TIMEOUT = 15.0
+# A Welcome that does not come within this time means the peer is not a hub (or is stuck). A hub
+# takes the streams of agents connecting together one at a time, in the order they came: 5,000
+# agents reconnecting at once waited up to 29 s, so at 15 s half of them gave up, went to the back
+# of the queue after their backoff, and left the hub a call more to take. A stream the hub has not
+# taken within 30 s is cancelled by its gRPC (grpc.server_max_unrequested_time_in_server), which
+# the agent sees at once; this wait is longer than that, so an agent never gives up on a call that
+# is still in the queue, and it stays the last resort for a peer that took the stream and never
+# answers (a dead connection is found sooner, by the HTTP/2 pings).
+WELCOME_TIMEOUT = 60.0
+# After a session that lasted ends (its hub stopped, failed over, or the network dropped every
+# connection), the first attempt to connect again waits a random time from 0 to this ("full
+# jitter", as client-go's and gRPC's reconnect backoffs jitter theirs): agents that lost their hub
+# together come back spread over these seconds, and their later attempts stay spread, rather than
+# all in the same instant behind one another in the hub's queue.
+RECONNECT_SPREAD_SECONDS = 5.0
 # A session that lasted this long starts a new round of the hub's addresses when it ends, so the
 # next address is tried at once. A shorter one counts as a failed attempt: hubs that accept and
 # drop the agent at once are then retried with backoff, not in a tight loop.
@@ -93,6 +106,8 @@ class LinkSettings:
     backoff_multiplier: float = 2.0
     backoff_jitter: float = 0.2
     backoff_max: float = 30.0
+    # The first reconnect after a session that lasted waits a random time up to this (seconds).
+    reconnect_spread_seconds: float = RECONNECT_SPREAD_SECONDS
     keep_alive_seconds: int = 10  # heartbeats (and HTTP/2 pings) to the hub; 0: none
     keep_alive_timeout_seconds: int = 10  # silence after a heartbeat that ends the link
     agent_id: str = ""
@@ -269,13 +284,26 @@ class HubLink:
             except Exception as e:
                 log.exception("hub link: unexpected failure")
                 self._down(f"unexpected failure: {type(e).__name__}: {e}")
-            if self.connects > began and time.monotonic() - started >= STABLE_SESSION_SECONDS:
+            lasted = self.connects > began and time.monotonic() - started >= STABLE_SESSION_SECONDS
+            if lasted:
                 tried = 0  # a session that lasted: the round starts again from the address that ended
             tried += 1
             index = (index + 1) % len(targets)
-            if tried >= len(targets):
+            if lasted:
+                # Every agent of that hub lost it at the same moment: come back at a random point of
+                # the spread (in place of the round's first backoff), not all in the same instant.
+                if tried >= len(targets):
+                    tried = 0
+                wait = random.uniform(0.0, max(0.0, s.reconnect_spread_seconds))
+                log.info("hub link: connecting again in %.1fs (to %s)", wait, targets[index])
+                await self._pause(wait)
+            elif tried >= len(targets):
                 tried = 0
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff.next())
+
+    async def _pause(self, seconds: float) -> None:
+        """The wait between two attempts to connect (a backoff or the spread, not a wait for anything)."""
+        await asyncio.sleep(seconds)
 
     def _down(self, reason: str) -> None:
         if self.state == "connected":

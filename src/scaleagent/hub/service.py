@@ -315,6 +315,9 @@ class Hub:
         self._http_task = asyncio.get_running_loop().create_task(self._http.serve(sockets=[sock]), name="hub http")
 
     async def stop(self) -> None:
+        if self.assignments is not None:
+            # Sessions end from here on; this replica's rows are freed all at once when it leaves.
+            self.assignments.leaving()
         if self._gc_task is not None:
             self._gc_task.cancel()
         if self._http is not None and self._http_task is not None:

@@ -10,8 +10,10 @@ its objects leave the cache.
 Accounts are also recorded in the database (`kubesvc_accounts`): which cluster a name stands
 for, which agent and zone serve it, and its state. A restarted hub reads the ACTIVE ones back as
 DISCONNECTED, so a name keeps its cluster through the restart and is orphaned if no agent
-returns within the grace period. Writes go through one background task, in order, so the
-event path never waits for the database.
+returns within the grace period. Writes go through one background task, so the event path never
+waits for the database; it keeps only the newest state of each account, and a write the database
+could not take now (locked, busy, a deadlock, a lost connection) is run again with backoff until it
+lands, so what is recorded is never an older state than what the registry last said, nor lost.
 
 With agent identities (`auth.agents`, hub/auth/agents.py), a session carries the identity its
 agent proved; an account outside that identity's accounts is refused, and an account is bound to
@@ -30,12 +32,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ...kube.reflector import Backoff
 from ...protocol import pb
 from ...protocol.states import AgentAccountState
 from ..auth.agents import AgentIdentity
 from ..cache.cache import Cache
 from ..states import AGENT_TRANSITIONS, AccountState, Presence
-from ..store import AccountNotFound, Store, StoreError
+from ..store import AccountNotFound, Store, StoreError, StoreTransient
 from ..store.bindings import BindingStore
 
 log = logging.getLogger("scaleagent.hub.registry")
@@ -150,6 +153,24 @@ class AccountRecord:
         )
 
 
+@dataclass
+class _Write:
+    """What is still to be recorded of one account: the newest values of the fields written, and
+    whether its row was the accounts service's when they were asked for (then only updated, never
+    created: a DELETE through the API before the write runs must not see its row come back)."""
+
+    fields: dict[str, Any]
+    managed: bool
+
+    def then(self, newer: _Write) -> _Write:
+        """This write followed by `newer`, as one: the newer value of every field wins. A write of a
+        row the accounts service owns carries only the cluster's identity, never the state, zone or
+        properties, so an older write's values of those are not carried into it."""
+        if newer.managed:
+            return _Write(dict(newer.fields), True)
+        return _Write({**self.fields, **newer.fields}, False)
+
+
 class Registry:
     def __init__(self, cache: Cache, *, grace_seconds: float, replica: str, store: Store | None = None) -> None:
         self.cache = cache
@@ -158,10 +179,21 @@ class Registry:
         self.store = store
         self.sessions: dict[str, Session] = {}
         self.accounts: dict[str, AccountRecord] = {}
-        # (name, fields, managed): whether the row was the accounts service's when the write was
-        # queued; a DELETE before it runs must not see its row recreated.
-        self._writes: asyncio.Queue[tuple[str, dict[str, Any], bool]] = asyncio.Queue()
+        # The accounts still to be recorded, each with its newest values, in the order they were
+        # first asked for; `_idle` is set while nothing is pending or being written.
+        self._pending: dict[str, _Write] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._writer: asyncio.Task[None] | None = None
+        # The wait before writing again after the database could not take a write (doubling, jittered).
+        self.write_retry_seconds = 0.5
+        self.write_retry_max_seconds = 10.0
+        # Writes the database could not take and that were run again (a figure for tests and metrics).
+        self.write_retries = 0
+        # Accounts given up to another replica since they were last recorded here: a write of theirs
+        # in flight then is not run again if it fails.
+        self._given_up: set[str] = set()
         # Names whose `state` column the dynamic-accounts service owns: the registry still records
         # their cluster's identity, never their state.
         self.managed: set[str] = set()
@@ -235,27 +267,97 @@ class Registry:
         if self._writer is None:
             return
         try:
-            await asyncio.wait_for(self._writes.join(), 5)
+            await asyncio.wait_for(self._idle.wait(), 5)
         except TimeoutError:
-            log.warning("%d account write(s) to the database not done at shutdown", self._writes.qsize())
+            names = sorted(self._pending)
+            log.warning(
+                "%d account write(s) to the database not done at shutdown (the database does not take them): %s%s",
+                len(names),
+                ", ".join(names[:10]),
+                ", ..." if len(names) > 10 else "",
+            )
         self._writer.cancel()
         await asyncio.wait([self._writer])
 
+    async def writes_done(self) -> None:
+        """Wait until every account change asked for so far is in the database (or was refused
+        for good: logged). While the database cannot take writes, this waits for it to come back."""
+        await self._idle.wait()
+
+    def _queue_write(self, name: str, write: _Write) -> None:
+        """Ask for `write`; an account with a write still pending gets one write with the newest values."""
+        self._given_up.discard(name)
+        pending = self._pending.get(name)
+        self._pending[name] = write if pending is None else pending.then(write)
+        self._idle.clear()
+        self._wake.set()
+
     async def _write_all(self) -> None:
+        """The one writer: takes the accounts in the order they were asked for, each with its
+        newest values. A write the database could not take now (StoreTransient) goes back behind
+        the others, under any newer values asked for meanwhile, and the writer waits a backoff
+        before going on: the account's row ends up with its newest state once the database takes
+        writes again. Any other refusal would come again every time: it is logged, with what was
+        refused and why, and the writer goes on with the next account."""
         assert self.store is not None
+        backoff = Backoff(initial=self.write_retry_seconds, maximum=self.write_retry_max_seconds)
+        failing_since: float | None = None
         while True:
-            name, fields, managed = await self._writes.get()
+            if not self._pending:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            name = next(iter(self._pending))
+            write = self._pending.pop(name)
             try:
-                if managed or name in self.managed:  # the accounts service's row (then or now): never recreate it
-                    await self.store.update_account(name, **fields)
+                await self._write(name, write)
+            except StoreTransient as e:
+                if name in self._given_up:
+                    continue  # another replica holds it now: its state is that replica's to write
+                self.write_retries += 1
+                newer = self._pending.pop(name, None)
+                self._pending[name] = write if newer is None else write.then(newer)
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning(
+                        "account %s: cannot record it in the database now: %s; trying again until the database "
+                        "takes it (%d account write(s) waiting)",
+                        name,
+                        e,
+                        len(self._pending),
+                    )
                 else:
-                    await self.store.upsert_account(name, **fields)
+                    log.debug("account %s: cannot record it in the database yet: %s", name, e)
+                await asyncio.sleep(backoff.next())  # a backoff before asking the database again
+                continue
             except AccountNotFound:
-                pass  # deleted through the API meanwhile
+                pass  # deleted through the API meanwhile: nothing to record
             except StoreError as e:
-                log.error("account %s: cannot record it in the database: %s", name, e)
-            finally:
-                self._writes.task_done()
+                log.error(
+                    "account %s: the database refused to record %s: %s; this write is dropped (it would be refused "
+                    "again); the account's next change is recorded as usual",
+                    name,
+                    _summary(write.fields),
+                    e,
+                )
+            except Exception:  # a bug must not stop every later write
+                log.exception("account %s: recording %s failed", name, _summary(write.fields))
+            if failing_since is not None:
+                log.info(
+                    "the database takes account writes again (after %.0fs); %d more waiting",
+                    time.monotonic() - failing_since,
+                    len(self._pending),
+                )
+                failing_since = None
+            backoff.reset()
+
+    async def _write(self, name: str, write: _Write) -> None:
+        assert self.store is not None
+        if write.managed or name in self.managed:  # the accounts service's row (then or now): never recreate it
+            await self.store.update_account(name, **write.fields)
+        else:
+            await self.store.upsert_account(name, **write.fields)
 
     def _record(self, record: AccountRecord, state: AccountState) -> None:
         """Write what agents say of the account; for a static account also its lifecycle state,
@@ -280,7 +382,7 @@ class Registry:
             else:
                 record.stored = state
                 fields["state"] = state
-        self._writes.put_nowait((record.name, fields, record.name in self.managed))
+        self._queue_write(record.name, _Write(fields, record.name in self.managed))
 
     def open(self, session: Session) -> Session:
         if session.id not in self.sessions:
@@ -437,6 +539,9 @@ class Registry:
         if record is None:
             return
         log.warning("account %s: %s; this replica gives it up", name, why)
+        # What this replica had still to record of it is no longer its to write, even if it failed once.
+        self._pending.pop(name, None)
+        self._given_up.add(name)
         if record.orphan_timer is not None:
             record.orphan_timer.cancel()
         for session_id in record.sessions:
@@ -722,6 +827,12 @@ class Registry:
             "watchesEstablished": sum(1 for k in kinds.values() if k["watching"]),
             "kinds": kinds,
         }
+
+
+def _summary(fields: dict[str, Any]) -> str:
+    """What a write would have recorded, for a log line: the state, the agent and the cluster."""
+    shown = {k: fields[k] for k in ("state", "agent_id", "kube_host", "zone_id") if fields.get(k)}
+    return ", ".join(f"{k}={str(v)[:200]!r}" for k, v in shown.items()) or "its cluster's identity"
 
 
 def _iso(t: float) -> str:

@@ -9,6 +9,10 @@ the holder still serves its cache for the grace period), or when it dies: its he
 replica refreshes its rows, forgets the replicas whose heartbeat stopped `missedPeriods` ago
 (releasing their accounts and ending their tasks), and checks that the accounts it streams are
 still its own: one taken over while it was cut off from the database is given up.
+
+A replica that stops writes nothing more about its sessions once it begins to (`leaving`): its
+`leave` frees all its rows at once, and a write started while the process winds down could still
+be in flight when asyncio closes what is left (see `stop`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -64,6 +68,8 @@ class Assignments:
         self._located: dict[str, tuple[Peer | None, float]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.claims_lost = 0
+        # Set when this replica begins to stop: from then on nothing is claimed or written.
+        self._leaving = False
 
     def attach(self, registry: Registry) -> None:
         self.registry = registry
@@ -79,8 +85,22 @@ class Assignments:
         self._loop_task = asyncio.get_running_loop().create_task(self._beat_forever(), name="replica heartbeat")
         return held
 
+    def leaving(self) -> None:
+        """This replica begins to stop: from now on the sessions that end here are not written one
+        by one (`stop` frees every row of this replica at once), and no account is claimed.
+
+        Sessions go on ending after the gRPC server stopped (their handlers finish as they are
+        cancelled), some after this object stopped and the database closed. Each used to start its
+        own write of the account's connections; one started as `asyncio.run` wound down was still
+        inside its transaction when asyncio closed every async generator left (the store's
+        transaction is one) from a task of its own: two tasks drove one generator, and the hub
+        logged "anext(): asynchronous generator is already running" and "Method 'close()' can't be
+        called here" at every stop under load."""
+        self._leaving = True
+
     async def stop(self) -> None:
         """Stop beating and leave: the accounts this replica streamed are free at once."""
+        self.leaving()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.wait([self._loop_task])
@@ -132,7 +152,7 @@ class Assignments:
         """Give up accounts whose row another replica took; claim again rows that went missing
         (cleaned while this replica could not reach the database)."""
         registry = self.registry
-        if registry is None:
+        if registry is None or self._leaving:  # a leaving replica claims nothing back
             return
         rows = {row.account: row for row in await self.shared.assignments()}
         for name, record in list(registry.accounts.items()):
@@ -162,6 +182,8 @@ class Assignments:
     ) -> str | None:
         """Let `session` stream `account`; None if it may, else why it stands by (or, when the
         account stands for another cluster, why it is refused)."""
+        if self._leaving:  # a row claimed now would outlive this replica's `leave`
+            return f"{STANDING_BY} hub replica {self.me.id} is stopping"
         async with self._lock(account):
             return await self._claim(session, account, connections, api_host, fingerprint)
 
@@ -258,7 +280,10 @@ class Assignments:
         return await self.shared.holder(account)
 
     def connections_changed(self, account: str, connections: int, agent: str = "") -> None:
-        """A session serving `account` on this replica came or went (written in the background)."""
+        """A session serving `account` on this replica came or went (written in the background;
+        not at all once the replica is leaving: `stop` frees its rows at once)."""
+        if self._leaving:
+            return
         self._spawn(self._connections(account, connections, agent))
 
     async def _connections(self, account: str, connections: int, agent: str) -> None:
@@ -276,6 +301,8 @@ class Assignments:
 
     async def release(self, account: str) -> bool:
         """The account's grace period ended here: free its row if it is still ours."""
+        if self._leaving:
+            return True  # `stop` frees every row of this replica
         try:
             released = await self.shared.release(account, self.me.id)
         except StoreError as e:
@@ -311,7 +338,17 @@ class Assignments:
             for account in accounts:
                 self.registry.unblock(account)
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._leaving:
+            coro.close()  # nothing is started once the replica is leaving: it would outlive `stop`
+            return
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished background write, saying what went wrong if it failed unexpectedly
+        (each handles the database's errors itself; anything else is a bug, logged, not lost)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("replica assignments: a background write failed", exc_info=error)

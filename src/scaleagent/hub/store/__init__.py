@@ -9,7 +9,17 @@ MySQL or MariaDB, with its schema kept current by Alembic migrations that `Store
 
 from __future__ import annotations
 
-from .errors import AccountExists, AccountNotFound, CredentialsExist, CredentialsNotFound, StateConflict, StoreError
+from .errors import (
+    AccountExists,
+    AccountNotFound,
+    CredentialsExist,
+    CredentialsNotFound,
+    StateConflict,
+    StoreBusy,
+    StoreError,
+    StoreTransient,
+    StoreUnavailable,
+)
 from .models import SOURCES, STATES
 from .store import AccountRow, CredentialsRow, Store, async_url
 
@@ -24,6 +34,9 @@ __all__ = [
     "CredentialsRow",
     "StateConflict",
     "Store",
+    "StoreBusy",
     "StoreError",
+    "StoreTransient",
+    "StoreUnavailable",
     "async_url",
 ]

@@ -10,6 +10,8 @@ __all__ = [
     "StateConflict",
     "StoreBusy",
     "StoreError",
+    "StoreTransient",
+    "StoreUnavailable",
 ]
 
 
@@ -18,10 +20,24 @@ class StoreError(Exception):
     why in words, names the database by its redacted URL, and never holds a password."""
 
 
-class StoreBusy(StoreError):
+class StoreTransient(StoreError):
+    """The database did not do it now, for a reason that passes: the same call made again later
+    is expected to succeed. Callers that must not lose a write (the registry's account records)
+    run it again with backoff; any other StoreError would fail the same way every time."""
+
+
+class StoreBusy(StoreTransient):
     """The database gave up a transaction to break a deadlock, or could not serialise it with a
     concurrent one (MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40001 or 40P01). Nothing of it
     was written; running it again is the documented answer."""
+
+
+class StoreUnavailable(StoreTransient):
+    """The database could not be reached or did not get to it in time: the connection could not
+    be made or broke, the server is shutting down or out of connections, another connection held
+    a lock past the wait (SQLite "database is locked", MySQL/MariaDB 1205, PostgreSQL 55P03), or
+    every pooled connection stayed busy. A transaction whose connection broke during COMMIT may
+    have landed: what runs it again must be harmless to run twice (the store's writes are)."""
 
 
 class AccountNotFound(StoreError):

@@ -25,6 +25,7 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import Connection, delete, event, func, select, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from . import migrate
@@ -36,6 +37,7 @@ from .errors import (
     StateConflict,
     StoreBusy,
     StoreError,
+    StoreUnavailable,
 )
 from .models import LENGTHS, SOURCES, STATES, Account, Credentials
 from .urls import check_database_url, redact_url
@@ -634,7 +636,8 @@ class Store:
     async def _transaction(self, action: str, name: str | None = None) -> AsyncIterator[AsyncSession]:
         """One session and one transaction, committed on success. Driver and connection errors
         become StoreError naming the action, the account and the database; IntegrityError passes
-        through untouched for `upsert_account` to retry."""
+        through untouched for `upsert_account` to retry. What running again later may cure is told
+        apart (StoreBusy, StoreUnavailable) from what it cannot (any other StoreError)."""
         try:
             async with self._sessions.begin() as session:
                 yield session
@@ -642,7 +645,7 @@ class Store:
             raise
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             subject = f"{action} {name!r}" if name is not None else action
-            error = StoreBusy if _gave_up_for_another(exc) else StoreError
+            error = StoreBusy if _gave_up_for_another(exc) else StoreUnavailable if _unavailable(exc) else StoreError
             raise error(f"{subject} on {self.url_for_display}: {self._reason(exc)}") from None
 
     def _reason(self, exc: BaseException) -> str:
@@ -857,6 +860,49 @@ def _gave_up_for_another(exc: BaseException) -> bool:
         if (
             getattr(inner, "sqlstate", None) in _DEADLOCK_SQLSTATES
             or getattr(inner, "pgcode", None) in _DEADLOCK_SQLSTATES
+        ):
+            return True
+        inner = inner.__cause__
+    return False
+
+
+# What says the database could not do it now but may later (StoreUnavailable), by database:
+# SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6), another connection holding the lock past busy_timeout.
+_SQLITE_BUSY_CODES = {5, 6}
+# MySQL/MariaDB: too many connections (1040), server shutdown (1053), network errors (1158-1161),
+# lock wait timeout (1205), connection killed (1927), idle client disconnected (4031), and the
+# client's own: cannot connect (2002, 2003), server gone away (2006), connection lost (2013, 2055).
+_MYSQL_UNAVAILABLE_CODES = {1040, 1053, 1158, 1159, 1160, 1161, 1205, 1927, 4031, 2002, 2003, 2006, 2013, 2055}
+# PostgreSQL: a connection exception (class 08), out of resources (class 53: disk full, out of memory,
+# too many connections), the server shutting down or starting (57P01, 57P02, 57P03), lock not available
+# (55P03, a lock_timeout).
+_PG_UNAVAILABLE_CLASSES = ("08", "53")
+_PG_UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "55P03"}
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """Whether the database could not do it now for a reason that passes (StoreUnavailable): it was
+    unreachable, the connection broke, a lock or every pooled connection stayed busy past the wait.
+    Anything else (a constraint, a value the database refuses, a missing table) fails the same way
+    when run again, and is a plain StoreError."""
+    if isinstance(exc, OSError | TimeoutError | PoolTimeout):
+        return True  # cannot connect or the connection broke; no pooled connection came free in time
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True  # SQLAlchemy saw the connection drop under the statement
+    inner: BaseException | None = exc.orig
+    while inner is not None:
+        if isinstance(inner, OSError | TimeoutError):
+            return True
+        if getattr(inner, "sqlite_errorcode", None) in _SQLITE_BUSY_CODES:
+            return True
+        args = getattr(inner, "args", ())
+        if args and isinstance(args[0], int) and args[0] in _MYSQL_UNAVAILABLE_CODES:
+            return True
+        sqlstate = getattr(inner, "sqlstate", None) or getattr(inner, "pgcode", None)
+        if isinstance(sqlstate, str) and (
+            sqlstate[:2] in _PG_UNAVAILABLE_CLASSES or sqlstate in _PG_UNAVAILABLE_SQLSTATES
         ):
             return True
         inner = inner.__cause__
