@@ -10,7 +10,7 @@ batch once it is in its cache). The hub's CPU over that time is read from /proc.
 
 The batches are encoded before the clock starts, so this process's work while timing is writing
 bytes; it runs on the other core. Medians of --rounds, each on a fresh account. The batches are
-encoded as the agent encodes them (protocol.wire): as columns, which this hub offers, or (`--form
+encoded as the agent encodes them (protocol.wire): packed, which this hub offers, or (`--form
 events`, `both`) as the event messages an agent sends a hub that does not.
 
     .venv/bin/python bench/hub_ingest_grpc.py --objects 100000 --rounds 3 --form both
@@ -36,15 +36,15 @@ from hub_sessions import Session, start_hub
 
 from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import pb
-from scaleagent.protocol.wire import ColumnsMessage, EventsMessage
+from scaleagent.protocol.wire import EventsMessage, PackedMessage
 
 
 def encoded_batches(account: str, n: int, batch: int, first_sequence: int, form: str) -> list[pb.CachingMessage]:
-    """ADDED then MODIFIED for n ConfigMaps, encoded as the agent encodes them (`form`: "columns",
+    """ADDED then MODIFIED for n ConfigMaps, encoded as the agent encodes them (`form`: "packed",
     what it sends a hub that offers them, or "events", what it sends an older hub), sequenced from
     first_sequence."""
     adds = config_map_events(n, 20)
-    make = ColumnsMessage if form == "columns" else EventsMessage
+    make = PackedMessage if form == "packed" else EventsMessage
     out: list[pb.CachingMessage] = []
     seq = first_sequence
     for type_, offset in (("ADDED", 0), ("MODIFIED", n)):
@@ -129,13 +129,13 @@ async def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument(
         "--form",
-        choices=["columns", "events", "both"],
-        default="columns",
-        help="how batches carry their events: columns (what the agent sends this hub), events (what it "
-        "sends a hub that does not offer columns), or both, interleaved",
+        choices=["packed", "events", "both"],
+        default="packed",
+        help="how batches carry their events: packed (what the agent sends this hub), events (what it "
+        "sends a hub that does not offer packed batches), or both, interleaved",
     )
     args = p.parse_args()
-    forms = ["columns", "events"] if args.form == "both" else [args.form]
+    forms = ["packed", "events"] if args.form == "both" else [args.form]
     rates: dict[str, list[float]] = {f: [] for f in forms}
     cpus: dict[str, list[float]] = {f: [] for f in forms}
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -10,8 +10,11 @@ import pytest
 
 from scaleagent.hub.cache import cache as cache_module
 from scaleagent.hub.cache.cache import APPLICATION, CLUSTER, Cache, Change, SubscriptionOverflow
+from scaleagent.kube.events import ObjectEvent
 from scaleagent.kube.selectors import parse_label_selector
+from scaleagent.protocol import EVENT_TYPE_NAMES
 from scaleagent.protocol.v1 import agent_pb2 as pb
+from scaleagent.protocol.wire import PackedMessage
 
 GROUPS = {"Pod": "", "ConfigMap": "", "Event": "", "Deployment": "apps"}
 
@@ -616,27 +619,32 @@ def several_accounts() -> list[pb.Event]:
     ]
 
 
-def as_columns(events: list[pb.Event]) -> pb.EventBatch:
-    batch = pb.EventBatch(sequence=1)
-    c = batch.columns
+def as_packed(events: list[pb.Event]) -> pb.EventBatch:
+    m = PackedMessage()
     for e in events:
-        c.types.append(e.type)
-        c.accounts.append(e.account)
-        c.groups.append(e.group)
-        c.versions.append(e.version)
-        c.kinds.append(e.kind)
-        c.namespaces.append(e.namespace)
-        c.names.append(e.name)
-        c.resource_versions.append(e.resource_version)
-        c.objects.append(e.object)
-        c.read_at_unix_ms.append(e.read_at_unix_ms)
-    return batch
+        read_at = e.read_at_unix_ms / 1000
+        m.add(
+            ObjectEvent(
+                e.account,
+                e.group,
+                e.version,
+                e.kind,
+                e.namespace,
+                e.name,
+                "",
+                e.resource_version,
+                EVENT_TYPE_NAMES[e.type],
+                e.object,
+                read_at,
+            )
+        )
+    return m.message(1).events
 
 
-@pytest.mark.parametrize("form", ["events", "columns"])
+@pytest.mark.parametrize("form", ["events", "packed"])
 def test_a_batch_of_several_accounts_applies_those_accepted_and_collects_their_stamps(form):
     events = several_accounts()
-    batch = pb.EventBatch(sequence=1, events=events) if form == "events" else as_columns(events)
+    batch = pb.EventBatch(sequence=1, events=events) if form == "events" else as_packed(events)
     c = Cache()
     stamps: list[int] = []
     done = c.apply_batch(batch, accepted={"a", "b"}, stamps=stamps)
@@ -646,13 +654,17 @@ def test_a_batch_of_several_accounts_applies_those_accepted_and_collects_their_s
     assert names(c, "b", label_selector=parse_label_selector("v=2")) == ["q1"]
 
 
-def test_a_batch_whose_columns_do_not_line_up_is_refused_whole():
-    batch = as_columns(several_accounts())
-    del batch.columns.names[-1]
+def test_a_packed_batch_that_cannot_be_read_is_refused_whole():
     c = Cache()
-    with pytest.raises(ValueError, match="columns of a batch have different lengths"):
-        c.apply_batch(batch, accepted={"a", "b"}, stamps=[])
-    both = as_columns(several_accounts())
+    short = as_packed(several_accounts())
+    short.packed.objects = short.packed.objects[:-1]
+    with pytest.raises(ValueError, match="not what its index says"):
+        c.apply_batch(short, accepted={"a", "b"}, stamps=[])
+    garbled = as_packed(several_accounts())
+    garbled.packed.index = b"\x91\x93\x01\xa1a\xc0"  # [[1, "a", None]]: not a row
+    with pytest.raises(ValueError, match="packed index cannot be read"):
+        c.apply_batch(garbled, accepted={"a", "b"}, stamps=[])
+    both = as_packed(several_accounts())
     both.events.append(added("Pod", "p9"))
     with pytest.raises(ValueError, match="not both"):
         c.apply_batch(both, accepted={"a", "b"}, stamps=[])

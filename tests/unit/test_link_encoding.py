@@ -12,7 +12,7 @@ from scaleagent.agent.link import HubLink, LinkSettings, _to_wire
 from scaleagent.hub.agents.link import _sized, sized_caching_message
 from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import EVENT_TYPES, pb
-from scaleagent.protocol.wire import ColumnsMessage, EventsMessage, varint
+from scaleagent.protocol.wire import EventsMessage, PackedMessage, decode_index, varint
 
 TEXTS = ["", "a", "ns-1", "é", "名前", "🙂x", "x" * 127, "y" * 128, "z" * 20_000, "\u0000", "ü" * 70]
 
@@ -70,45 +70,37 @@ def test_varints_are_protobufs():
 def events_of(message: pb.CachingMessage) -> list[pb.Event]:
     """The events of a batch in either form, as Event messages."""
     batch = message.events
-    if not batch.HasField("columns"):
+    if not batch.HasField("packed"):
         return list(batch.events)
-    c = batch.columns
-    read_at = list(c.read_at_unix_ms) or [0] * len(c.types)
-    return [
-        pb.Event(
-            type=t,
-            account=a,
-            group=g,
-            version=v,
-            kind=k,
-            namespace=ns,
-            name=n,
-            resource_version=rv,
-            object=o,
-            read_at_unix_ms=r,
+    out, at = [], 0
+    for t, a, g, v, k, ns, n, rv, read_at, size in decode_index(batch.packed.index):
+        obj = batch.packed.objects[at : at + size]
+        at += size
+        out.append(
+            pb.Event(
+                type=t,
+                account=a,
+                group=g,
+                version=v,
+                kind=k,
+                namespace=ns,
+                name=n,
+                resource_version=rv,
+                object=obj,
+                read_at_unix_ms=read_at,
+            )
         )
-        for t, a, g, v, k, ns, n, rv, o, r in zip(
-            c.types,
-            c.accounts,
-            c.groups,
-            c.versions,
-            c.kinds,
-            c.namespaces,
-            c.names,
-            c.resource_versions,
-            c.objects,
-            read_at,
-        )
-    ]
+    assert at == len(batch.packed.objects)
+    return out
 
 
-@pytest.mark.parametrize("columns", [False, True], ids=["events", "columns"])
-def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order(columns):
+@pytest.mark.parametrize("packed", [False, True], ids=["events", "packed"])
+def test_split_messages_stay_below_the_limit_and_keep_every_event_in_order(packed):
     rng = random.Random(4)
     link = HubLink(LinkSettings(target="localhost:1"))
     link._max_bytes = 50_000
-    link._columns = columns  # what the hub's Welcome offered
-    make = ColumnsMessage if columns else EventsMessage
+    link._packed = packed  # what the hub's Welcome offered
+    make = PackedMessage if packed else EventsMessage
     events = [random_event(rng) for _ in range(300)]
     alone = [make().add(e) for e in events]
     fitting = [e for e, size in zip(events, alone) if size <= link._max_bytes]

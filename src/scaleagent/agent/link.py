@@ -35,7 +35,7 @@ from google.protobuf.json_format import MessageToDict
 from .. import __version__
 from ..kube.events import ObjectEvent
 from ..protocol import PROTOCOL_VERSION, pb, pb_grpc
-from ..protocol.wire import ColumnsMessage, EventsMessage
+from ..protocol.wire import EventsMessage, PackedMessage
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest
 from .token import TokenCommand, TokenCommandError
 
@@ -180,7 +180,7 @@ class HubLink:
         self._task: asyncio.Task[None] | None = None
         self._max_bytes = 4 * 1024 * 1024
         self._heads: dict[tuple[str, str, str, str, str], bytes] = {}  # see EventsMessage
-        self._columns = False  # whether the hub's Welcome offered event_columns
+        self._packed = False  # whether the hub's Welcome offered packed_events
         self._heard_at = 0.0  # monotonic: when the hub last said anything on this connection
 
     # --- the sink side, called by the watch engine ------------------------------------------------
@@ -355,7 +355,7 @@ class HubLink:
             self.session_id = w.session_id
             if w.max_message_bytes:
                 self._max_bytes = max(1024, w.max_message_bytes - FRAMING_MARGIN)
-            self._columns = w.event_columns  # a hub that reads batches as columns reads them faster
+            self._packed = w.packed_events  # a hub that reads packed batches reads them faster
             operations = stub.Operations(metadata=metadata)
             await operations.write(
                 pb.OperationsMessage(
@@ -483,16 +483,16 @@ class HubLink:
         for description in ready:
             await call.write(pb.CachingMessage(account=_account_message(description)))
 
-    def _split(self, batch: Sequence[ObjectEvent]) -> list[EventsMessage | ColumnsMessage]:
-        """Protocol messages that stay below the hub's message size limit: columns for a hub that
-        reads them (`ColumnsMessage`), event messages in wire format for one that does not.
+    def _split(self, batch: Sequence[ObjectEvent]) -> list[EventsMessage | PackedMessage]:
+        """Protocol messages that stay below the hub's message size limit: packed batches for a
+        hub that reads them (`PackedMessage`), event messages in wire format for one that does not.
 
         Each event is added once to its message, which knows its size as it grows: an event that
         would take a message past the limit starts the next one; one that is over the limit alone
         is not sent (and logged)."""
-        make = ColumnsMessage if self._columns else EventsMessage
-        messages: list[EventsMessage | ColumnsMessage] = []
-        current: EventsMessage | ColumnsMessage | None = None
+        make = PackedMessage if self._packed else EventsMessage
+        messages: list[EventsMessage | PackedMessage] = []
+        current: EventsMessage | PackedMessage | None = None
         limit = self._max_bytes
         heads = self._heads
         for e in batch:

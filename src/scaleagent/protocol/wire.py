@@ -16,13 +16,14 @@ The hub parses these messages with the generated code, like any other.
 
 from __future__ import annotations
 
+import msgspec
 from google.protobuf.descriptor import FieldDescriptor
 
 from ..kube.events import ObjectEvent
 from . import EVENT_TYPES
 from .v1 import agent_pb2 as pb
 
-__all__ = ["ColumnsMessage", "EventsMessage", "varint"]
+__all__ = ["EventsMessage", "IndexRow", "PackedMessage", "decode_index", "varint"]
 
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 
@@ -170,42 +171,27 @@ class EventsMessage:
         return b"".join((_MESSAGE_EVENTS, varint(len(head) + self.size), head, *self.parts))
 
 
-class ColumnsMessage:
-    """One `CachingMessage` whose batch carries its events as columns (`EventColumns`), for a hub
-    whose Welcome offers `event_columns`; the same surface as `EventsMessage`.
+# An event of a packed batch, as PackedEvents.index holds it (see the .proto).
+IndexRow = tuple[int, str, str, str, str, str, str, str, int, int]
+_encode_index = msgspec.msgpack.Encoder().encode
+decode_index = msgspec.msgpack.Decoder(list[IndexRow]).decode
+"""A packed batch's index, checked to be a list of rows of the right types (msgspec.DecodeError)."""
 
-    Events are appended to one Python list per column and the message is built from the lists
-    when written (protobuf copies each list in one call). `size` is a bound, a few bytes per event
-    above the exact size, so that a message filled up to the hub's limit stays under it."""
 
-    __slots__ = (
-        "types",
-        "accounts",
-        "groups",
-        "versions",
-        "kinds",
-        "namespaces",
-        "names",
-        "resource_versions",
-        "objects",
-        "read_at",
-        "stamped",
-        "size",
-        "count",
-    )
+class PackedMessage:
+    """One `CachingMessage` whose batch carries its events packed (`PackedEvents`), for a hub
+    whose Welcome offers `packed_events`; the same surface as `EventsMessage`.
+
+    An event is a tuple appended to the index and its object appended to a list; the message is
+    two calls into C when written (MessagePack of the index, a join of the objects). `size` is a
+    bound, a few bytes per event above the exact size, so that a message filled up to the hub's
+    limit stays under it."""
+
+    __slots__ = ("rows", "objects", "size", "count")
 
     def __init__(self, heads: object = None) -> None:
-        self.types: list[pb.EventType] = []
-        self.accounts: list[str] = []
-        self.groups: list[str] = []
-        self.versions: list[str] = []
-        self.kinds: list[str] = []
-        self.namespaces: list[str] = []
-        self.names: list[str] = []
-        self.resource_versions: list[str] = []
+        self.rows: list[IndexRow] = []
         self.objects: list[bytes] = []
-        self.read_at: list[int] = []
-        self.stamped = 0  # events with a read time: none, and the column is left out
         self.size = 0
         self.count = 0
 
@@ -214,24 +200,26 @@ class ColumnsMessage:
 
     def add(self, e: ObjectEvent) -> int:
         """Append `e`; returns the bytes it may take (an upper bound)."""
+        obj = e.object or b""
         texts = e.account + e.group + e.version + e.kind + e.namespace + e.name + e.resource_version
         text_bytes = len(texts) if texts.isascii() else len(texts.encode("utf-8", "surrogatepass"))
-        obj = e.object or b""
-        read_at = int(e.read_at * 1000)
-        # 7 strings with their tags and (up to 3-byte) lengths, the object with its, a type, a time
-        taken = text_bytes + 28 + len(obj) + 6 + 1 + 10
-        self.types.append(EVENT_TYPES[e.type])
-        self.accounts.append(e.account)
-        self.groups.append(e.group)
-        self.versions.append(e.version)
-        self.kinds.append(e.kind)
-        self.namespaces.append(e.namespace)
-        self.names.append(e.name)
-        self.resource_versions.append(e.resource_version)
+        # MessagePack: an array header, 7 strings with up to 5-byte headers, 3 integers of up to 9
+        taken = len(obj) + text_bytes + 5 + 7 * 5 + 3 * 9
+        self.rows.append(
+            (
+                EVENT_TYPES[e.type],
+                e.account,
+                e.group,
+                e.version,
+                e.kind,
+                e.namespace,
+                e.name,
+                e.resource_version,
+                int(e.read_at * 1000),
+                len(obj),
+            )
+        )
         self.objects.append(obj)
-        self.read_at.append(read_at)
-        if read_at:
-            self.stamped += 1
         self.size += taken
         self.count += 1
         return taken
@@ -240,20 +228,8 @@ class ColumnsMessage:
         return self.count
 
     def drop_last(self, mark: int, taken: int) -> None:
-        for column in (
-            self.types,
-            self.accounts,
-            self.groups,
-            self.versions,
-            self.kinds,
-            self.namespaces,
-            self.names,
-            self.resource_versions,
-            self.objects,
-        ):
-            del column[mark:]
-        if self.read_at.pop():
-            self.stamped -= 1
+        del self.rows[mark:]
+        del self.objects[mark:]
         self.size -= taken
         self.count -= 1
 
@@ -261,20 +237,10 @@ class ColumnsMessage:
         m = pb.CachingMessage()
         batch = m.events
         batch.sequence = sequence
-        c = batch.columns
-        c.types.extend(self.types)
-        c.accounts.extend(self.accounts)
-        c.groups.extend(self.groups)
-        c.versions.extend(self.versions)
-        c.kinds.extend(self.kinds)
-        c.namespaces.extend(self.namespaces)
-        c.names.extend(self.names)
-        c.resource_versions.extend(self.resource_versions)
-        c.objects.extend(self.objects)
-        if self.stamped:
-            c.read_at_unix_ms.extend(self.read_at)
+        batch.packed.index = _encode_index(self.rows)
+        batch.packed.objects = b"".join(self.objects)
         return m
 
     def wire(self, sequence: int) -> bytes:
-        """The serialized `CachingMessage{events: EventBatch{sequence, columns}}`."""
+        """The serialized `CachingMessage{events: EventBatch{sequence, packed}}`."""
         return self.message(sequence).SerializeToString()

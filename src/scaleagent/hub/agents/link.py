@@ -154,7 +154,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                         protocol_version=PROTOCOL_VERSION,
                         max_message_bytes=self.max_message_bytes,
                         heartbeats=True,
-                        event_columns=True,
+                        packed_events=True,
                     )
                 )
             )

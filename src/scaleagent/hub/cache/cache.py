@@ -53,6 +53,7 @@ import orjson
 
 from ...kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
 from ...protocol.v1 import agent_pb2 as pb
+from ...protocol.wire import decode_index
 
 __all__ = [
     "APPLICATION",
@@ -613,33 +614,22 @@ class Cache:
     def apply_batch(self, batch: Any, accepted: Collection[str], stamps: list[int]) -> BatchApplied:
         """Apply an agent's ``EventBatch``, whose events name their accounts: those of an account
         not in ``accepted`` are dropped (counted). The nonzero ``read_at_unix_ms`` of the events
-        applied are appended to ``stamps``. The batch's events come as messages or as columns
-        (``EventColumns``: each column is read in one step, not each event's fields one by one).
+        applied are appended to ``stamps``. The batch's events come as messages or packed
+        (``PackedEvents``: an index read in one call, the objects sliced from one buffer).
 
-        Raises ValueError for a batch whose columns do not line up (nothing of it is applied).
+        Raises ValueError for a packed batch that cannot be read (nothing of it is applied).
         """
-        if batch.HasField("columns"):
+        if batch.HasField("packed"):
             if len(batch.events):
-                raise ValueError("a batch carries its events as messages or as columns, not both")
-            c = batch.columns
-            n = len(c.types)
-            lengths = [len(c.accounts), len(c.groups), len(c.versions), len(c.kinds), len(c.namespaces)]
-            lengths += [len(c.names), len(c.resource_versions), len(c.objects)]
-            read_at = list(c.read_at_unix_ms) if len(c.read_at_unix_ms) else [0] * n
-            if any(k != n for k in lengths) or len(read_at) != n:
-                raise ValueError(f"the columns of a batch have different lengths: {[n, *lengths, len(read_at)]}")
-            rows: Iterable[tuple[Any, ...]] = zip(
-                c.types,
-                c.accounts,
-                c.groups,
-                c.versions,
-                c.kinds,
-                c.namespaces,
-                c.names,
-                c.resource_versions,
-                c.objects,
-                read_at,
-            )
+                raise ValueError("a batch carries its events as messages or packed, not both")
+            try:
+                index = decode_index(batch.packed.index)
+            except msgspec.DecodeError as e:
+                raise ValueError(f"its packed index cannot be read: {e}") from None
+            blob = batch.packed.objects
+            if sum(row[9] for row in index) != len(blob) or any(row[9] < 0 for row in index):
+                raise ValueError(f"its objects are {len(blob)} bytes, not what its index says")
+            rows: Iterable[tuple[Any, ...]] = _unpacked(index, blob)
         else:
             rows = (
                 (
@@ -1131,6 +1121,16 @@ class _Waiter:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.deleted_at: dict[tuple[str, str, str, str], str] = {}
+
+
+def _unpacked(index: list[Any], blob: bytes) -> Iterator[tuple[Any, ...]]:
+    """A packed batch's rows, each with its object's bytes in place of the object's size."""
+    view = memoryview(blob)
+    at = 0
+    for t, account, group, version, kind, namespace, name, rv, read_at, size in index:
+        end = at + size
+        yield t, account, group, version, kind, namespace, name, rv, bytes(view[at:end]), read_at
+        at = end
 
 
 def _uid(obj: bytes) -> str:

@@ -136,38 +136,22 @@ class Event(_message.Message):
     def __init__(self, type: _Optional[_Union[EventType, str]] = ..., account: _Optional[str] = ..., group: _Optional[str] = ..., version: _Optional[str] = ..., kind: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., resource_version: _Optional[str] = ..., object: _Optional[bytes] = ..., read_at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class EventBatch(_message.Message):
-    __slots__ = ("sequence", "events", "columns")
+    __slots__ = ("sequence", "events", "packed")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
-    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    columns: EventColumns
-    def __init__(self, sequence: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., columns: _Optional[_Union[EventColumns, _Mapping]] = ...) -> None: ...
+    packed: PackedEvents
+    def __init__(self, sequence: _Optional[int] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., packed: _Optional[_Union[PackedEvents, _Mapping]] = ...) -> None: ...
 
-class EventColumns(_message.Message):
-    __slots__ = ("types", "accounts", "groups", "versions", "kinds", "namespaces", "names", "resource_versions", "objects", "read_at_unix_ms")
-    TYPES_FIELD_NUMBER: _ClassVar[int]
-    ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
-    GROUPS_FIELD_NUMBER: _ClassVar[int]
-    VERSIONS_FIELD_NUMBER: _ClassVar[int]
-    KINDS_FIELD_NUMBER: _ClassVar[int]
-    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
-    NAMES_FIELD_NUMBER: _ClassVar[int]
-    RESOURCE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+class PackedEvents(_message.Message):
+    __slots__ = ("index", "objects")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
-    READ_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
-    types: _containers.RepeatedScalarFieldContainer[EventType]
-    accounts: _containers.RepeatedScalarFieldContainer[str]
-    groups: _containers.RepeatedScalarFieldContainer[str]
-    versions: _containers.RepeatedScalarFieldContainer[str]
-    kinds: _containers.RepeatedScalarFieldContainer[str]
-    namespaces: _containers.RepeatedScalarFieldContainer[str]
-    names: _containers.RepeatedScalarFieldContainer[str]
-    resource_versions: _containers.RepeatedScalarFieldContainer[str]
-    objects: _containers.RepeatedScalarFieldContainer[bytes]
-    read_at_unix_ms: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, types: _Optional[_Iterable[_Union[EventType, str]]] = ..., accounts: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ..., versions: _Optional[_Iterable[str]] = ..., kinds: _Optional[_Iterable[str]] = ..., namespaces: _Optional[_Iterable[str]] = ..., names: _Optional[_Iterable[str]] = ..., resource_versions: _Optional[_Iterable[str]] = ..., objects: _Optional[_Iterable[bytes]] = ..., read_at_unix_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+    index: bytes
+    objects: bytes
+    def __init__(self, index: _Optional[bytes] = ..., objects: _Optional[bytes] = ...) -> None: ...
 
 class CachingControl(_message.Message):
     __slots__ = ("welcome", "ack", "account_rejected", "resync", "add_accounts", "delete_accounts", "heartbeat")
@@ -188,20 +172,20 @@ class CachingControl(_message.Message):
     def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., account_rejected: _Optional[_Union[AccountRejected, _Mapping]] = ..., resync: _Optional[_Union[Resync, _Mapping]] = ..., add_accounts: _Optional[_Union[AddAccounts, _Mapping]] = ..., delete_accounts: _Optional[_Union[DeleteAccounts, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "hub_replica", "protocol_version", "max_message_bytes", "heartbeats", "event_columns")
+    __slots__ = ("session_id", "hub_replica", "protocol_version", "max_message_bytes", "heartbeats", "packed_events")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HUB_REPLICA_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
-    EVENT_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     hub_replica: str
     protocol_version: int
     max_message_bytes: int
     heartbeats: bool
-    event_columns: bool
-    def __init__(self, session_id: _Optional[str] = ..., hub_replica: _Optional[str] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., heartbeats: _Optional[bool] = ..., event_columns: _Optional[bool] = ...) -> None: ...
+    packed_events: bool
+    def __init__(self, session_id: _Optional[str] = ..., hub_replica: _Optional[str] = ..., protocol_version: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., heartbeats: _Optional[bool] = ..., packed_events: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("sequence",)
