@@ -141,3 +141,17 @@ def test_the_hub_reads_a_caching_message_with_its_size_on_the_wire():
     assert _sized((size, message)) == (size, message)
     assert _sized(message) == (len(wire), message)  # registered with the generated deserializer
     assert _sized(grpc.aio.EOF) == (0, grpc.aio.EOF)
+
+
+def test_packed_messages_are_what_protobuf_writes_and_carry_every_event():
+    rng = random.Random(23)
+    for _ in range(60):
+        events = [random_event(rng) for _ in range(rng.randint(0, 12))]
+        m = PackedMessage()
+        for e in events:
+            m.add(e)
+        for sequence in (0, 1, 128, 2**40):
+            wire = m.wire(sequence)
+            assert wire == m.message(sequence).SerializeToString()
+            assert events_of(pb.CachingMessage.FromString(wire)) == list(protobufs_own(events, 0).events.events)
+            assert len(wire) <= m.size + 64  # the bound the link splits by, with the message's own framing

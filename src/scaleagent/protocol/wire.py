@@ -56,6 +56,9 @@ _OBJECT, _READ_AT = _tag(_EVENT["object"]), _tag(_EVENT["read_at_unix_ms"])
 _BATCH_EVENT = _tag(pb.EventBatch.DESCRIPTOR.fields_by_name["events"])
 _SEQUENCE = _tag(pb.EventBatch.DESCRIPTOR.fields_by_name["sequence"])
 _MESSAGE_EVENTS = _tag(pb.CachingMessage.DESCRIPTOR.fields_by_name["events"])
+_PACKED = _tag(pb.EventBatch.DESCRIPTOR.fields_by_name["packed"])
+_INDEX = _tag(pb.PackedEvents.DESCRIPTOR.fields_by_name["index"])
+_OBJECTS = _tag(pb.PackedEvents.DESCRIPTOR.fields_by_name["objects"])
 
 
 def _text(tag: bytes, text: str) -> bytes:
@@ -187,11 +190,12 @@ class PackedMessage:
     bound, a few bytes per event above the exact size, so that a message filled up to the hub's
     limit stays under it."""
 
-    __slots__ = ("rows", "objects", "size", "count")
+    __slots__ = ("rows", "objects", "object_bytes", "size", "count")
 
     def __init__(self, heads: object = None) -> None:
         self.rows: list[IndexRow] = []
         self.objects: list[bytes] = []
+        self.object_bytes = 0
         self.size = 0
         self.count = 0
 
@@ -220,6 +224,7 @@ class PackedMessage:
             )
         )
         self.objects.append(obj)
+        self.object_bytes += len(obj)
         self.size += taken
         self.count += 1
         return taken
@@ -229,6 +234,8 @@ class PackedMessage:
 
     def drop_last(self, mark: int, taken: int) -> None:
         del self.rows[mark:]
+        for obj in self.objects[mark:]:
+            self.object_bytes -= len(obj)
         del self.objects[mark:]
         self.size -= taken
         self.count -= 1
@@ -242,5 +249,13 @@ class PackedMessage:
         return m
 
     def wire(self, sequence: int) -> bytes:
-        """The serialized `CachingMessage{events: EventBatch{sequence, packed}}`."""
-        return self.message(sequence).SerializeToString()
+        """The serialized `CachingMessage{events: EventBatch{sequence, packed}}`, framed here and
+        joined once: each object is copied once, into the message (a large buffer is a fresh
+        mapping whose every page faults in, so each copy of a batch is not free)."""
+        index = _encode_index(self.rows)
+        packed_head = _INDEX + varint(len(index))
+        objects_head = _OBJECTS + varint(self.object_bytes) if self.object_bytes else b""  # proto3: empty left out
+        packed = len(packed_head) + len(index) + len(objects_head) + self.object_bytes
+        batch_head = (_SEQUENCE + varint(sequence) if sequence else b"") + _PACKED + varint(packed)
+        head = _MESSAGE_EVENTS + varint(len(batch_head) + packed) + batch_head + packed_head
+        return b"".join((head, index, objects_head, *self.objects))
