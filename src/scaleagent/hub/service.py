@@ -53,6 +53,11 @@ logging.getLogger("alembic").setLevel(logging.WARNING)  # it narrates every star
 # are freed by reference counting and hold no cycles, so they are moved out of the collector's
 # sight at this interval, after a young-generation collection has cleared recent cyclic garbage.
 GC_FREEZE_SECONDS = 30.0
+# Collections of the young generation after this many new tracked objects (CPython: 700), of the
+# middle one after 20 of those, of everything after 100 of those: at a few tracked objects per
+# event a hub ran one young collection every few hundred events. A young collection of 50,000
+# objects takes a few milliseconds.
+GC_THRESHOLDS = (50_000, 20, 100)
 
 
 class _Server(uvicorn.Server):
@@ -192,6 +197,13 @@ class Hub:
             sock.close()
             raise
         self._serve_http(sock)
+        # A started hub's modules, app and settings live as long as it does: frozen at once, the
+        # first burst of agents' objects does not bring on full collections that walk them all
+        # (38% of a hub's time in a profile of its first 200,000 events), and the collector runs
+        # less often (18% more at CPython's default of a young collection per 700 allocations).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
         self._say_who_may_call()
         log.info(

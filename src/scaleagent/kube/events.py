@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 SNAPSHOT_BEGIN, SNAPSHOT_END = "SNAPSHOT_BEGIN", "SNAPSHOT_END"
 
 
-@dataclass(slots=True)
-class ObjectEvent:
+class ObjectEvent(msgspec.Struct, gc=False):
     """A change to one object, or a snapshot boundary for (account, kind, namespace scope).
 
     Between SNAPSHOT_BEGIN and SNAPSHOT_END come ADDED events for every object that exists; a
     consumer keeping a cache drops whatever it held in that scope and did not see again.
     `object` is the object's JSON, untouched unless it had to be scrubbed.
+
+    A msgspec Struct the garbage collector does not track (it holds strings, bytes and a float:
+    no cycle can go through it): one is made per object read, and made 2-3x faster than a
+    dataclass with slots.
     """
 
     account: str
