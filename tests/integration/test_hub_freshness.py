@@ -171,12 +171,18 @@ def test_operations_http_requests_and_failed_dynamic_accounts_are_measured(stack
     hub.wait_until("/armory/accounts/broken", lambda d: d["state"] == "FAILED", what="the account FAILED")
 
     # A method HTTP does not define is one series, whatever it is called: callers cannot mint series.
+    # httptools 0.9 and later refuse such a request in the parser (400) before the app sees it;
+    # h11 and older httptools hand it to the app, which counts it as "other".
+    codes = []
     for verb in ("M1", "M2"):
         odd = urllib.request.Request(hub.url + "/api/v1/accounts", method=verb)
-        with pytest.raises(urllib.error.HTTPError):
+        with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(odd, timeout=10)
+        codes.append(refused.value.code)
     text = metrics(hub)
-    assert "M1" not in text and (sample(text, "scale_agent_hub_http_request_seconds_count", method="other") or 0) >= 2
+    assert "M1" not in text and "M2" not in text
+    reached_the_app = sum(1 for code in codes if code != 400)
+    assert (sample(text, "scale_agent_hub_http_request_seconds_count", method="other") or 0) == reached_the_app
     assert (
         sample(text, "scale_agent_hub_operation_seconds_count", type="deployManifest", outcome="succeeded") or 0
     ) >= 1

@@ -3,7 +3,10 @@ them, and the last minute kept apart from the total."""
 
 from __future__ import annotations
 
-from scaleagent.hub.metrics import EventRate, Histogram, LabelledHistograms
+import asyncio
+
+from scaleagent.hub.api.metrics import HttpLatency
+from scaleagent.hub.metrics import EventRate, Histogram, HubMetrics, LabelledHistograms
 
 
 class Clock:
@@ -70,3 +73,23 @@ def test_stamps_are_aged_in_seconds_and_unstamped_events_and_clock_skew_do_no_ha
     assert h.count == 3  # the list item (0) is not a change
     assert h.cumulative() == [("0.1", 2.0), ("1.0", 3.0), ("+Inf", 3.0)]  # a stamp ahead counts as 0 s
     assert abs(h.sum - 0.55) < 1e-9
+
+
+def test_a_method_http_does_not_define_is_counted_as_other_not_as_itself():
+    """The HTTP parser may hand the app any method (h11 does): a caller must not mint series."""
+    metrics = HubMetrics()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 405, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message):
+        pass
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    latency = HttpLatency(app, metrics)
+    for method in ("M1", "GET"):
+        asyncio.run(latency({"type": "http", "method": method, "path": "/x"}, receive, send))
+    assert sorted(metrics.http.children) == [("GET", "unmatched", "405"), ("other", "unmatched", "405")]
