@@ -2,18 +2,24 @@
 
 kubesim (its own process, several simulated clusters), a hub (TLS gRPC, SQLite) and an agent with
 no accounts of its own, all started as a user does. Each round creates the accounts (POST, stored
-INACTIVE), then PATCHes them to ACTIVE in one request and polls `GET /armory/accounts` every 10 ms
-until every one is ACTIVE; the accounts are deleted before the next round. An account is ACTIVE
+INACTIVE), then PATCHes them to ACTIVE in one request and polls `GET /armory/accounts` every
+`--poll` seconds (0.1) until every one is ACTIVE; the accounts are deleted before the next round.
+The poll is the benchmark's own load: answered every 10 ms with a hundred accounts, it took a
+third of the hub's CPU, on the cores the agent and the API servers share. An account is ACTIVE
 once the agent has listed every kind it may read in its cluster (its first snapshot), so the time
 includes the hub resolving and encrypting the kubeconfig, the AddAccounts round trip, the agent
 connecting to the API server, discovery, access reviews and the initial lists.
 
     .venv/bin/python bench/accounts_activation.py --accounts 1 100 --rounds 3
+
+`--kubeconfig` points every account at a real API server instead (scripts/real-cluster's admin
+kubeconfig, say; HTTP/2 there), each account with its own client and connections.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -67,7 +73,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def one_round(
-    hub: Hub, kubeconfigs: list[Path], n: int, kinds: list[str], tag: str
+    hub: Hub, kubeconfigs: list[Path], n: int, kinds: list[str], tag: str, poll: float = 0.1
 ) -> tuple[float, float, list[float]]:
     """(PATCH answer time, time until all ACTIVE, per-account times), in seconds."""
     names = [f"bench-{tag}-{i}" for i in range(n)]
@@ -90,7 +96,7 @@ def one_round(
                     raise RuntimeError(f"{a['name']} FAILED: {a.get('errorMessage')}")
         if time.monotonic() - start > 600:
             raise RuntimeError(f"only {len(active)} of {n} ACTIVE after 600 s")
-        time.sleep(0.01)
+        time.sleep(poll)
     total = max(active.values())
     call(hub.url + "/armory/accounts", "DELETE", names)
     return answered, total, sorted(active.values())
@@ -102,28 +108,45 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clusters", type=int, default=3, help="simulated clusters the accounts are spread over")
     p.add_argument("--kinds", nargs="*", default=[], help="restrict each account to these kinds (default: all)")
+    p.add_argument("--poll", type=float, default=0.1, help="seconds between two polls of the accounts' states")
+    p.add_argument("--kubeconfig", type=Path, help="a real API server's kubeconfig, for every account (no kubesim)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        kubesim = Proc(["kubesim", "--clusters", str(args.clusters), "--kubeconfig-dir", str(tmp / "kube")])
+        kubesim = None
+        if args.kubeconfig is None:
+            kubesim = Proc(["kubesim", "--clusters", str(args.clusters), "--kubeconfig-dir", str(tmp / "kube")])
+        else:
+            (tmp / "kube").mkdir()
+            (tmp / "kube" / "real.yaml").write_bytes(args.kubeconfig.read_bytes())
         pki = make_pki(tmp / "pki")
         hub = agent = None
         try:
-            _wait_file(tmp / "kube" / f"kubesim-{args.clusters - 1}-limited.yaml")
+            if kubesim is not None:
+                _wait_file(tmp / "kube" / f"kubesim-{args.clusters - 1}-limited.yaml")
+                kubeconfigs = [tmp / "kube" / f"kubesim-{i}.yaml" for i in range(args.clusters)]
+                where = f"{args.clusters} kubesim clusters"
+            else:
+                kubeconfigs = [tmp / "kube" / "real.yaml"]
+                where = f"the API server of {args.kubeconfig}"
             hub = _Hub(tmp, pki, tmp / "kube")
             agent = Agent(tmp, hub, pki, [])
             _wait_agent(hub)
-            kubeconfigs = [tmp / "kube" / f"kubesim-{i}.yaml" for i in range(args.clusters)]
             scope = f"kinds {', '.join(args.kinds)}" if args.kinds else "every kind"
             print(
-                f"accounts activation: PATCH -> ACTIVE over {args.clusters} kubesim clusters, {scope}, "
+                f"accounts activation: PATCH -> ACTIVE over {where}, {scope}, polled every {args.poll:g} s, "
                 f"median of {args.rounds} rounds ({machine()})"
             )
+            pids = {name: proc.pid for name, proc in (("kubesim", kubesim), ("hub", hub), ("agent", agent)) if proc}
+            if kubesim is None and os.environ.get("SCALE_AGENT_E2E_REAL_CLUSTER_DIR"):  # scripts/real-cluster's
+                directory = Path(os.environ["SCALE_AGENT_E2E_REAL_CLUSTER_DIR"])
+                for name in ("apiserver", "etcd"):
+                    with contextlib.suppress(OSError, ValueError):
+                        pids[name] = int((directory / f"{name}.pid").read_text())
             for n in args.accounts:
-                procs = {"kubesim": kubesim, "hub": hub, "agent": agent}
-                before = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
-                rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}") for r in range(args.rounds)]
-                cpu = {name: (cpu_seconds(proc.pid) - before[name]) / args.rounds for name, proc in procs.items()}
+                before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}", args.poll) for r in range(args.rounds)]
+                cpu = {name: (cpu_seconds(pid) - before[name]) / args.rounds for name, pid in pids.items()}
                 totals = [r[1] for r in rounds]
                 answers = [r[0] for r in rounds]
                 firsts = [r[2][0] for r in rounds]

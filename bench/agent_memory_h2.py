@@ -1,5 +1,6 @@
 """Memory floor per watch, HTTP/1.1 (aiohttp, one TLS connection per watch) vs HTTP/2 (one
-connection per client, scaleagent.kube.http2), and events/s of one watch both ways.
+connection per client, scaleagent.kube.http2), and events/s of one watch both ways, through
+KubeClient as the agent uses it (`http2=False` forces HTTP/1.1).
 
 Against a real apiserver (the kubeconfig in SCALE_AGENT_E2E_KUBECONFIG or --kubeconfig; start one
 with `scripts/real-cluster start --dir /tmp/rc-http2`). Each measurement runs in a fresh child
@@ -9,6 +10,10 @@ Modes are interleaved and repeated; medians are printed.
 
     .venv/bin/python bench/agent_memory_h2.py --clients 100 --watches 10 --repeat 3
     .venv/bin/python bench/agent_memory_h2.py --throughput 5000   # seeds 5000 ConfigMaps first
+
+The throughput figure is one watch replaying the namespace's ConfigMaps (resourceVersion 0) as
+ADDED events, read and split into lines; it also prints the client's CPU per event, steadier
+than events/s on a shared machine where the API server competes for the same cores.
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ def rss_kb() -> int:
 async def _child(mode: str, kubeconfig: str, clients: int, watches: int) -> dict:
     from scaleagent.kube.client import KubeClient
     from scaleagent.kube.credentials import load_credentials
-    from scaleagent.kube.http2 import Http2Client, alpn_context
 
     base = rss_kb()
     ready = 0
@@ -69,42 +73,25 @@ async def _child(mode: str, kubeconfig: str, clients: int, watches: int) -> dict
         async for _ in resp.content.iter_any():
             pass
 
-    async def watch_h1(kc: KubeClient, path: str) -> None:
+    async def watch(kc: KubeClient, path: str) -> None:
         async with kc.stream("GET", path, params={"watch": "1", "timeoutSeconds": "3600"}, read_timeout=600) as r:
             await follow(r)
 
-    async def watch_h2(hc: Http2Client, auth: dict[str, str], path: str) -> None:
-        params = {"watch": "1", "timeoutSeconds": "3600"}
-        async with hc.stream("GET", path, params=params, headers=auth, read_timeout=600) as r:
-            await follow(r)
-
-    kcs, hcs, tasks = [], [], []
+    kcs, tasks = [], []
     for _ in range(clients):
-        creds = await load_credentials(kubeconfig=Path(kubeconfig))
-        kc = KubeClient(creds)
+        kc = KubeClient(await load_credentials(kubeconfig=Path(kubeconfig)), http2=mode == "h2")
         kcs.append(kc)
-        if mode == "h2":
-            hc = Http2Client(creds.server, alpn_context(creds.ssl_context), creds.server_hostname)
-            hcs.append(hc)
-            token = await creds.authorization()
-            auth = {"accept": "application/json", **({"authorization": token} if token else {})}
         for w in range(watches):
-            path = KINDS[w % len(KINDS)]
-            if mode == "h2":
-                tasks.append(asyncio.ensure_future(watch_h2(hc, auth, path)))
-            else:
-                tasks.append(asyncio.ensure_future(watch_h1(kc, path)))
+            tasks.append(asyncio.ensure_future(watch(kc, KINDS[w % len(KINDS)])))
     after_clients = rss_kb()
     await asyncio.wait_for(all_ready.wait(), 300)
     await asyncio.sleep(3)
     held = rss_kb()
-    connections = sum(len(h.connections) for h in hcs) if mode == "h2" else total
+    connections = sum(kc.connections for kc in kcs) if mode == "h2" else total
     stop.set()
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for h in hcs:
-        await h.close()
     for kc in kcs:
         await kc.close()
     return {"base": base, "clients": after_clients, "held": held, "connections": connections}
@@ -113,19 +100,15 @@ async def _child(mode: str, kubeconfig: str, clients: int, watches: int) -> dict
 async def _throughput(mode: str, kubeconfig: str) -> dict:
     from scaleagent.kube.client import KubeClient
     from scaleagent.kube.credentials import load_credentials
-    from scaleagent.kube.http2 import Http2Client, alpn_context
 
-    kc = KubeClient(await load_credentials(kubeconfig=Path(kubeconfig)))
-    creds = await load_credentials(kubeconfig=Path(kubeconfig))
-    hc = Http2Client(creds.server, alpn_context(creds.ssl_context), creds.server_hostname)
-    token = await creds.authorization()
-    auth = {"accept": "application/json", **({"authorization": token} if token else {})}
+    kc = KubeClient(await load_credentials(kubeconfig=Path(kubeconfig)), http2=mode == "h2")
+    await kc.get("/version")  # the connection is made before the clock starts
     path = f"/api/v1/namespaces/{THROUGHPUT_NS}/configmaps"
     params = {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "60"}
     events = 0
     started = time.perf_counter()
-    cm = hc.stream("GET", path, params=params, headers=auth) if mode == "h2" else kc.stream("GET", path, params=params)
-    async with cm as resp:
+    cpu = time.process_time()
+    async with kc.stream("GET", path, params=params) as resp:
         pending = b""
         chunks = resp.content.iter_any().__aiter__()
         while True:
@@ -138,10 +121,10 @@ async def _throughput(mode: str, kubeconfig: str) -> dict:
                 continue
             *lines, pending = pending.split(b"\n")
             events += len(lines)
-            last = time.perf_counter()
-    await hc.close()
+            last, last_cpu = time.perf_counter(), time.process_time()
+    assert kc.protocol == ("HTTP/2" if mode == "h2" else "HTTP/1.1"), kc.protocol
     await kc.close()
-    return {"events": events, "seconds": last - started}
+    return {"events": events, "seconds": last - started, "cpu": last_cpu - cpu}
 
 
 def child_main() -> None:
@@ -194,6 +177,21 @@ async def seed(kubeconfig: str, n: int) -> None:
         await kc.close()
 
 
+def _apiserver_pid() -> int | None:
+    """scripts/real-cluster's API server, when the variables of `scripts/real-cluster env` are set."""
+    directory = os.environ.get("SCALE_AGENT_E2E_REAL_CLUSTER_DIR")
+    try:
+        return int((Path(directory) / "apiserver.pid").read_text()) if directory else None
+    except (OSError, ValueError):
+        return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (its whole run: the child's process start included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kubeconfig", default=os.environ.get("SCALE_AGENT_E2E_KUBECONFIG"))
@@ -208,13 +206,24 @@ def main() -> None:
     if a.throughput:
         asyncio.run(seed(a.kubeconfig, a.throughput))
         rates: dict[str, list[float]] = {"h1": [], "h2": []}
+        cpus: dict[str, list[float]] = {"h1": [], "h2": []}
+        server_cpus: dict[str, list[float]] = {"h1": [], "h2": []}
+        server = _apiserver_pid()
         for _ in range(a.repeat):
             for mode in ("h1", "h2"):
+                before = _cpu_seconds(server) if server else 0.0
                 r = child(mode, a.kubeconfig, "throughput")
+                if server:
+                    server_cpus[mode].append((_cpu_seconds(server) - before) / r["events"] * 1e6)
                 rates[mode].append(r["events"] / r["seconds"])
+                cpus[mode].append(r["cpu"] / r["events"] * 1e6)
         for mode in ("h1", "h2"):
-            print(f"{mode}: one watch replaying {a.throughput} events: {median(rates[mode]):,.0f} events/s (median)")
-        print(f"h2/h1 ratio: {median(rates['h2']) / median(rates['h1']):.2f}")
+            on_server = f", API server CPU {median(server_cpus[mode]):.1f} us" if server else ""
+            print(
+                f"{mode}: one watch replaying {a.throughput} events: {median(rates[mode]):,.0f} events/s, "
+                f"client CPU {median(cpus[mode]):.1f} us per event{on_server} (medians of {a.repeat})"
+            )
+        print(f"h2/h1 ratio: {median(rates['h2']) / median(rates['h1']):.2f} (events/s)")
         return
     total = a.clients * a.watches
     bare = median([child("-", a.kubeconfig, "bare")["held"] for _ in range(a.repeat)])

@@ -30,10 +30,11 @@ def real_kubeconfig() -> Path:
 
 
 async def _h2(kubeconfig: Path) -> tuple[Http2Client, KubeClient]:
-    # Two loads: the HTTP/2 context offers h2, which the (HTTP/1.1) KubeClient must not.
+    # Two loads: a client sets the protocols its TLS context offers. The KubeClient keeps to
+    # HTTP/1.1, so that what each protocol makes of the same answers can be compared.
     creds = await load_credentials(kubeconfig=kubeconfig)
     h2c = Http2Client(creds.server, alpn_context(creds.ssl_context), creds.server_hostname)
-    return h2c, KubeClient(await load_credentials(kubeconfig=kubeconfig))
+    return h2c, KubeClient(await load_credentials(kubeconfig=kubeconfig), http2=False)
 
 
 async def _auth(client: KubeClient) -> dict[str, str]:

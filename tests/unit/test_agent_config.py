@@ -135,6 +135,13 @@ def test_defaults_from_an_empty_file(tmp_path):
     assert cfg.clouddriver.auth.token.get_secret_value() == ""
 
 
+def test_http2_is_on_unless_the_file_or_the_environment_turns_it_off():
+    assert parse("kubernetes: {}\n").kubernetes.http2 is True
+    assert parse("kubernetes:\n  http2: false\n").kubernetes.http2 is False
+    assert parse("kubernetes: {}\n", environ={"SCALE_AGENT_KUBERNETES__HTTP2": "false"}).kubernetes.http2 is False
+    assert error_of("kubernetes:\n  http2: 'no'\n").startswith("agent.yml: kubernetes.http2: ")
+
+
 def test_null_sections_and_lists_mean_defaults():
     cfg = parse("kubernetes:\n  accounts:\ntasks:\nclouddriver:\n  tls:\n    serverName:\n  auth:\n    token:\n")
     assert cfg == AgentConfig()

@@ -1,25 +1,39 @@
 """scaleagent.kube.http2 against a small in-process HTTP/2 server (h2, TLS with ALPN): liveness by
-PING, GOAWAY, the server's MAX_CONCURRENT_STREAMS, and per-stream flow control."""
+PING, GOAWAY, the server's MAX_CONCURRENT_STREAMS, flow control, DATA as servers may send it
+(padded, compressed, shorter than announced, beyond the window), and KubeClient on top of it."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ssl
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
 import h2.settings
+import orjson
 import pytest
 import trustme
+from aiohttp import web
 
+from scaleagent.kube import http2 as http2_module
+from scaleagent.kube.client import KubeClient
+from scaleagent.kube.credentials import Credentials
+from scaleagent.kube.errors import APIError, ConnectionFailed
 from scaleagent.kube.http2 import Http2Client, Http2StreamError
+from tests.helpers import free_port
 
 
 class Server:
     """An HTTP/2 server whose behaviour each test sets: answers every request 200 and keeps the
-    stream open, except `/end` (a short body then end) and `/big` (more than a window)."""
+    stream open, except `/end` (a short body then end), `/big` (4 MB, more than a window),
+    `/padded` (a body in padded frames), `/gzip` (a compressed JSON body), `/short` (less body
+    than its Content-Length), `/flood` (more than the stream's window, ignoring flow control),
+    `/json` (a JSON body), `/missing` (404 with a Status), `/unauthorized-once` (401, then 200)."""
 
     def __init__(self, ctx: ssl.SSLContext, max_streams: int | None = None) -> None:
         self.ctx = ctx
@@ -28,6 +42,8 @@ class Server:
         self.goaway_on: str | None = None  # path whose request, on the first connection, gets a GOAWAY
         self.connections = 0
         self.paths: list[str] = []
+        self.authorizations: list[str] = []
+        self.window_updates = 0  # WINDOW_UPDATE frames received from clients
         self.protocols: list[_ServerProto] = []
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -75,29 +91,84 @@ class _ServerProto(asyncio.Protocol):
             return
         for event in self.conn.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
-                path = dict(event.headers)[b":path"].decode()
+                headers = dict(event.headers)
+                path = headers[b":path"].decode()
                 self.server.paths.append(path)
+                self.server.authorizations.append(headers.get(b"authorization", b"").decode())
                 if path == self.server.goaway_on and self.number == 1:
                     self.conn.close_connection(last_stream_id=event.stream_id - 2)
                     continue
-                self.conn.send_headers(event.stream_id, [(":status", "200")])
-                if path == "/end":
-                    self.conn.send_data(event.stream_id, b"hello\n", end_stream=True)
-                elif path == "/big":
-                    self.send_big(event.stream_id)
+                self.answer(event.stream_id, path)
             elif isinstance(event, h2.events.WindowUpdated):
+                self.server.window_updates += 1
                 for sid in list(self.big_sent):
                     self.send_big(sid)
         self.flush()
 
+    def answer(self, sid: int, path: str) -> None:
+        send = self.conn.send_data
+        if path == "/missing":
+            status = {
+                "kind": "Status",
+                "status": "Failure",
+                "reason": "NotFound",
+                "message": "x not found",
+                "code": 404,
+            }
+            self.conn.send_headers(sid, [(":status", "404"), ("content-type", "application/json")])
+            send(sid, orjson.dumps(status), end_stream=True)
+            return
+        if path == "/unauthorized-once" and self.server.paths.count(path) == 1:
+            self.conn.send_headers(sid, [(":status", "401")], end_stream=True)
+            return
+        if path in ("/json", "/unauthorized-once") or path.startswith("/prefix/json"):
+            self.conn.send_headers(sid, [(":status", "200")])
+            send(sid, b'{"items": [1, 2, 3]}', end_stream=True)
+            return
+        if path == "/gzip":
+            body = gzip.compress(orjson.dumps({"items": list(range(2000))}))
+            self.conn.send_headers(sid, [(":status", "200"), ("content-encoding", "gzip")])
+            for i in range(0, len(body), 1000):
+                send(sid, body[i : i + 1000])
+            self.conn.end_stream(sid)
+            return
+        if path == "/short":
+            self.conn.send_headers(sid, [(":status", "200"), ("content-length", "100")])
+            send(sid, b"only this", end_stream=True)
+            return
+        self.conn.send_headers(sid, [(":status", "200")])
+        if path == "/end":
+            send(sid, b"hello\n", end_stream=True)
+        elif path == "/big":
+            self.send_big(sid)
+        elif path == "/padded":
+            for line in (b"one\n", b"two\n", b"three\n"):
+                send(sid, line, pad_length=7)
+            send(sid, b"", end_stream=True, pad_length=3)
+        elif path == "/flood":
+            # What a broken server might do: DATA past the window, written around h2's accounting.
+            self.flush()
+            assert self.transport is not None
+            chunk = b"\x00\x40\x00\x00\x00" + sid.to_bytes(4, "big") + b"x" * (1 << 14)
+            self.transport.write(chunk * ((http2_module.STREAM_WINDOW >> 14) + 2))
+
     def send_big(self, sid: int) -> None:
-        """Send as much of 4 MB as the stream's window allows; remember how much went."""
-        while self.big_sent.get(sid, 0) < 4 << 20:
-            n = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
-            if n <= 0:
-                return
-            self.conn.send_data(sid, b"x" * n)
-            self.big_sent[sid] = self.big_sent.get(sid, 0) + n
+        """Send as much of 4 MB as the stream's window allows, remember how much went, and end the
+        stream after the last byte."""
+        if self.big_sent.get(sid) == -1:
+            return  # ended, or released by the client
+        try:
+            while self.big_sent.get(sid, 0) < 4 << 20:
+                n = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+                if n <= 0:
+                    return
+                n = min(n, (4 << 20) - self.big_sent.get(sid, 0))
+                self.conn.send_data(sid, b"x" * n)
+                self.big_sent[sid] = self.big_sent.get(sid, 0) + n
+            self.conn.end_stream(sid)
+        except h2.exceptions.StreamClosedError:
+            pass
+        self.big_sent[sid] = -1
 
 
 @pytest.fixture
@@ -182,5 +253,187 @@ async def test_an_unread_stream_holds_back_only_itself(server: tuple[Server, ssl
                 if got >= 4 << 20:
                     break
             assert got == 4 << 20
+    finally:
+        await client.close()
+
+
+async def test_padded_frames_and_the_streams_end_arrive_as_data(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/padded") as resp:
+            assert await resp.read() == b"one\ntwo\nthree\n"
+        async with client.stream("GET", "/gzip") as resp:  # decoded, as aiohttp decodes it
+            assert orjson.loads(await resp.read()) == {"items": list(range(2000))}
+    finally:
+        await client.close()
+
+
+async def test_a_body_shorter_than_its_content_length_is_an_error(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/short") as resp:
+            with pytest.raises(Http2StreamError, match="ended after 9 of its 100 bytes"):
+                await resp.read()
+        async with client.stream("GET", "/end") as resp:  # the connection is fine
+            assert await resp.read() == b"hello\n"
+        assert s.connections == 1
+    finally:
+        await client.close()
+
+
+async def test_a_server_that_ignores_flow_control_fails_its_connection(
+    server: tuple[Server, ssl.SSLContext], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It must not make the client buffer without end: the connection fails, and the next request
+    # gets a new one. The window is never handed back here, so what the server may send is exactly
+    # one stream window, which /flood exceeds.
+    monkeypatch.setattr(http2_module, "STREAM_ACK_STEP", 1 << 40)
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/flood") as resp:
+            with pytest.raises(Http2StreamError, match="more than stream 1's window"):
+                await resp.read()
+        async with client.stream("GET", "/end") as resp:
+            assert await resp.read() == b"hello\n"
+        assert s.connections == 2
+    finally:
+        await client.close()
+
+
+async def test_windows_are_handed_back_in_steps_and_never_leak(server: tuple[Server, ssl.SSLContext]) -> None:
+    # 4 MB read twice and one more released half-read: more than the connection's window, so the
+    # last read completes only if every byte read (or dropped with its stream) was handed back.
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        for _ in range(2):
+            async with client.stream("GET", "/big") as resp:
+                assert len(await resp.read()) == 4 << 20
+        async with client.stream("GET", "/big") as resp:
+            got = 0
+            async for chunk in resp.content.iter_any():
+                got += len(chunk)
+                if got > 1 << 20:
+                    break  # released unread: its bytes still in flight are given back
+        async with client.stream("GET", "/big") as resp:
+            assert len(await resp.read()) == 4 << 20
+        assert s.connections == 1
+        # In steps of a quarter stream window / an eighth of the connection's, not per frame (16 KB):
+        # 16 MB read or dropped is about 100 WINDOW_UPDATEs, where one per frame would be 1,000.
+        assert s.window_updates < 200
+    finally:
+        await client.close()
+
+
+def _credentials(s: Server, ctx: ssl.SSLContext, path: str = "") -> Credentials:
+    cfg = SimpleNamespace(api_key={"BearerToken": "Bearer t0ken"}, refresh_api_key_hook=None)
+    return Credentials(f"https://127.0.0.1:{s.port}{path}", ctx, None, "test", cfg)
+
+
+async def test_kube_client_carries_watches_and_requests_on_one_http2_connection(
+    server: tuple[Server, ssl.SSLContext],
+) -> None:
+    s, ctx = server
+    client = KubeClient(_credentials(s, ctx))
+    try:
+        assert client.protocol is None  # not known before the first request
+        assert await client.get("/json") == {"items": [1, 2, 3]}
+        assert client.protocol == "HTTP/2"
+        async with client.stream("GET", "/watch-a"), client.stream("GET", "/watch-b"):
+            assert await client.get("/unauthorized-once") == {"items": [1, 2, 3]}  # 401: sent again
+            assert client.connections == 1 and s.connections == 1
+        assert s.authorizations[-2:] == ["Bearer t0ken"] * 2
+        with pytest.raises(APIError) as missing:
+            await client.get("/missing")
+        assert (missing.value.status, missing.value.reason) == (404, "NotFound")
+    finally:
+        await client.close()
+
+
+async def test_kube_client_lists_on_a_connection_of_their_own(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = KubeClient(_credentials(s, ctx), list_idle=0)
+    try:
+        async with client.stream("GET", "/watch"):
+            async with client.bulk_session() as session:
+                assert await client.get("/json", session=session) == {"items": [1, 2, 3]}
+                assert await client.get("/json", session=session) == {"items": [1, 2, 3]}
+                assert client.connections == 2  # the watch's and the list's
+            assert client.connections == 1  # closed with the list (list_idle=0)
+        assert s.connections == 2
+    finally:
+        await client.close()
+
+
+async def test_kube_client_keeps_the_list_connection_for_the_next_list_until_lists_are_done(
+    server: tuple[Server, ssl.SSLContext],
+) -> None:
+    s, ctx = server
+    client = KubeClient(_credentials(s, ctx))
+    try:
+        async with client.stream("GET", "/watch"):
+            for _ in range(2):
+                async with client.bulk_session() as session:
+                    assert await client.get("/json", session=session) == {"items": [1, 2, 3]}
+                assert client.connections == 2  # kept for the next list
+            assert s.connections == 2  # the second list found the first one's connection
+            client.lists_done()  # every kind listed: no need to wait
+            assert client.connections == 1
+    finally:
+        await client.close()
+
+
+async def test_kube_client_keeps_the_servers_path_prefix(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = KubeClient(_credentials(s, ctx, "/prefix"))  # an API server behind a proxy's path
+    try:
+        assert await client.get("/json", params={"limit": "1"}) == {"items": [1, 2, 3]}
+        assert s.paths == ["/prefix/json?limit=1"]
+    finally:
+        await client.close()
+
+
+async def test_kube_client_speaks_http11_to_a_server_that_picks_it() -> None:
+    ca = trustme.CA()
+    sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(sctx)
+    cctx = ssl.create_default_context()
+    ca.configure_trust(cctx)
+
+    async def version(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"gitVersion": "v1.2.3", "tls": request.transport.get_extra_info("ssl_object").version()}
+        )
+
+    app = web.Application()
+    app.router.add_get("/version", version)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=sctx)  # aiohttp: ALPN http/1.1 or none
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    cfg = SimpleNamespace(api_key={}, refresh_api_key_hook=None)
+    client = KubeClient(Credentials(f"https://127.0.0.1:{port}", cctx, None, "test", cfg))
+    try:
+        assert (await client.get("/version"))["gitVersion"] == "v1.2.3"
+        assert client.protocol == "HTTP/1.1"
+        assert (await client.get("/version"))["gitVersion"] == "v1.2.3"
+        assert client.connections == 0
+    finally:
+        await client.close()
+        await runner.cleanup()
+
+
+async def test_kube_client_over_http2_says_why_it_cannot_connect() -> None:
+    port = free_port()  # nothing listens there
+    cfg = SimpleNamespace(api_key={}, refresh_api_key_hook=None)
+    client = KubeClient(Credentials(f"https://127.0.0.1:{port}", ssl.create_default_context(), None, "t", cfg))
+    try:
+        with pytest.raises(ConnectionFailed, match=f"^cannot connect to https://127.0.0.1:{port}: Connection refused"):
+            await client.get("/version")
+        assert client.protocol is None  # still to be learned
     finally:
         await client.close()

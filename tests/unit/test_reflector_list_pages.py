@@ -66,7 +66,9 @@ async def served():
             await client.close()
 
 
-async def test_all_pages_of_a_list_share_one_connection_that_closes_after(served):
+async def test_all_pages_of_a_list_share_one_connection_apart_from_the_pool(served):
+    # The pages of a list, and the lists that follow it soon, share one connection; requests
+    # outside lists (watches, discovery) never travel on it, as its read buffer grew with the pages.
     c, client, peers = served
     events = []
 
@@ -77,11 +79,42 @@ async def test_all_pages_of_a_list_share_one_connection_that_closes_after(served
     rv = await r._list()
     assert len(peers) == 7  # 25 objects in pages of 4
     assert len(set(peers)) == 1
-    rv_again = await r._list()  # the next list opens a new connection: the last one was closed
-    assert len(set(peers)) == 2 and rv_again == rv
+    rv_again = await r._list()
+    assert len(peers) == 14 and len(set(peers)) == 1 and rv_again == rv
+    await client.get(CONFIGMAPS.path("default"), params={"limit": "1"})
+    assert len(set(peers)) == 2
     types = [e.type for e in events[: len(events) // 2]]
     assert types[0] == SNAPSHOT_BEGIN and types[-1] == SNAPSHOT_END and types.count(ADDED) == 25
     assert events[len(events) // 2 - 1].resource_version == rv
+
+
+async def test_a_lists_connection_closes_once_lists_are_over(served):
+    c, client, peers = served
+
+    async def handler(batch):
+        pass
+
+    closing = KubeClient(client.credentials, list_idle=0)  # closed as soon as no list runs
+    try:
+        r = Reflector(closing, CONFIGMAPS, handler, account="a", page_size=10)
+        await r._list()
+        await r._list()
+        assert len(peers) == 6 and len(set(peers[:3])) == 1 and len(set(peers[3:])) == 1
+        assert peers[0] != peers[3]
+    finally:
+        await closing.close()
+
+
+async def test_a_clients_lists_share_at_most_two_connections(served):
+    # Over HTTP/1.1 each connection costs a TLS handshake: four lists at once take turns on two.
+    c, client, peers = served
+
+    async def handler(batch):
+        pass
+
+    lists = [Reflector(client, CONFIGMAPS, handler, account="a", page_size=5)._list() for _ in range(4)]
+    await asyncio.gather(*lists)
+    assert len(peers) == 4 * 5 and len(set(peers)) == 2
 
 
 async def test_listed_bytes_are_the_servers_objects_with_their_type(served):

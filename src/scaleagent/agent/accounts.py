@@ -50,9 +50,11 @@ CONNECTING, SYNCING, WATCHING, ERROR, STOPPED, STANDBY = (
 )
 STANDING_BY = "standing by:"
 """How the hub's refusal begins when another agent streams the account (hub/agents/registry.py)."""
-# Discovery and access reviews are bursts of small requests; each request in flight at once is a
-# pooled TLS connection that outlives the burst. Two at a time keeps an account's pool small.
+# Discovery and access reviews are bursts of small requests. Over HTTP/1.1 each request in flight
+# at once is a pooled TLS connection that outlives the burst: two at a time keeps an account's
+# pool small. Over HTTP/2 they are streams of the account's one connection, and cost nothing more.
 REQUEST_PARALLELISM = 2
+REQUEST_PARALLELISM_HTTP2 = 8
 # Consecutive failed attempts after which a watch makes its account report an error.
 FAILING_AFTER = 3
 DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
@@ -70,6 +72,7 @@ class EngineSettings:
     watch_idle_timeout: float = 90.0
     reconnect_delay: float | None = None  # kubernetes.reconnectTimeoutMs, in seconds; None: the reflector's
     retry: RetryPolicy | None = None  # kubernetes.retries (None: retries.enabled is false)
+    http2: bool = True  # kubernetes.http2: HTTP/2 to servers that offer it
 
 
 @dataclass
@@ -278,7 +281,7 @@ class AccountRunner:
             # Armory's account `insecure`: the API server's certificate is not verified.
             creds.ssl_context.check_hostname = False
             creds.ssl_context.verify_mode = ssl.CERT_NONE
-        self._client = KubeClient(creds)
+        self._client = KubeClient(creds, http2=self.settings.http2)
         self._client.retry = self.settings.retry
         version = await self._client.get("/version")
         self.version = str((version or {}).get("gitVersion", ""))
@@ -378,12 +381,13 @@ class AccountRunner:
         assert self._client is not None
         shared = None if self._fresh else self.shared
         self._fresh = False
-        found = await discover(self._client, concurrency=REQUEST_PARALLELISM, shared=shared)
+        parallel = self._parallelism()
+        found = await discover(self._client, concurrency=parallel, shared=shared)
         self.discovery_failures = found.failed
         wanted = self._wanted(found.kinds)
         checks = [key for key in wanted if key not in self.watches]
         # readable() asks list and watch at once: two requests per kind checked.
-        limit = asyncio.Semaphore(max(1, REQUEST_PARALLELISM // 2))
+        limit = asyncio.Semaphore(max(1, parallel // 2))
         client = self._client
 
         async def check(key: tuple[KindInfo, str | None]) -> tuple[tuple[KindInfo, str | None], bool, str]:
@@ -411,6 +415,11 @@ class AccountRunner:
         self.skipped = skipped
         self.sink.describe(self.description())
 
+    def _parallelism(self) -> int:
+        """How many discovery or access-review requests may be in flight at once (see above)."""
+        http2 = self._client is not None and self._client.protocol == "HTTP/2"
+        return REQUEST_PARALLELISM_HTTP2 if http2 else REQUEST_PARALLELISM
+
     async def _readable_namespaces(
         self, kinds: list[KindInfo], shared: SharedAnswers | None = None
     ) -> dict[KindInfo, list[str]]:
@@ -436,7 +445,7 @@ class AccountRunner:
         names = sorted(
             n for n in ((i.get("metadata") or {}).get("name") for i in listed.get("items") or []) if n and n not in omit
         )
-        limit = asyncio.Semaphore(REQUEST_PARALLELISM)
+        limit = asyncio.Semaphore(self._parallelism())
         client = self._client
 
         async def check(namespace: str) -> tuple[str, set[KindInfo]]:
@@ -537,6 +546,8 @@ class AccountRunner:
             self._set(ERROR, f"may read none of the kinds it follows: {'; '.join(reasons[:3])}{more}")
         elif all(w.state == WATCHING for w in self.watches.values()):
             # Every watch established: until then the hub may hold objects the cluster has deleted.
+            if self.state != WATCHING:
+                self._client.lists_done()  # every kind is listed: the LIST connections may go
             self._set(WATCHING, "")
         elif any(w.state == "backoff" for w in self.watches.values()):
             self._set(SYNCING, "watches are being established again after a failure")
@@ -593,6 +604,7 @@ class AccountRunner:
             "host": self.host,
             "certificateFingerprint": self.fingerprint,
             "serverVersion": self.version,
+            "protocol": self._client.protocol if self._client is not None else None,
             "events": self.events,
             "kinds": sorted({w.kind.qualified for w in self.watches.values()}),
             "watches": states,

@@ -419,6 +419,9 @@ class KubernetesConfig(ConfigModel):
     # bookmark every minute (Kubernetes 1.27 and later; kubesim's --bookmark-interval), so only a
     # connection the network left half-open, or a server too old for periodic bookmarks, is silent.
     watch_idle_timeout_seconds: StrictFloat = Field(90.0, gt=0)
+    # HTTP/2 to API servers that offer it (all real ones): one connection per cluster carries its
+    # watches. False: one HTTP/1.1 connection per watch, as before (a proxy that breaks HTTP/2).
+    http2: StrictBool = True
 
     @model_validator(mode="after")
     def _unique_names(self) -> KubernetesConfig:

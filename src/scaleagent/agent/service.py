@@ -44,6 +44,7 @@ class Agent:
             page_size=k.page_size,
             discovery_interval=k.discovery_interval_seconds,
             watch_idle_timeout=k.watch_idle_timeout_seconds,
+            http2=k.http2,
             reconnect_delay=k.reconnect_timeout_ms / 1000 if k.reconnect_timeout_ms is not None else None,
             retry=RetryPolicy(r.max_retries, r.back_off_ms / 1000, r.retry_any_error, r.retryable_errors)
             if r.enabled

@@ -3,28 +3,32 @@
 Why: over HTTP/1.1 every watch holds its own TLS connection (socket, TLS read buffer touched as
 deep as its largest read, aiohttp's buffers): about 65 KB each, most of the agent's memory floor
 with a thousand watches. client-go multiplexes a cluster's watches as streams of one HTTP/2
-connection; this module does the same with python-hyper's `h2` state machine driven by an
-asyncio Protocol (no extra threads, no per-stream reader task).
+connection; this module does the same, driven by an asyncio Protocol (no extra threads, no
+per-stream reader task). It is KubeClient's transport whenever the server picks h2 in ALPN.
+
+Speed: python-hyper's `h2` state machine handles the frames that need state (HEADERS and HPACK,
+SETTINGS, PING, GOAWAY, RST_STREAM, the WINDOW_UPDATEs for what we send), but not DATA: h2 spends
+about 50 us per frame (objects, two state machines, a log line formatted even when logging is
+off), and the apiserver writes a watch in 4 KB DATA frames, so h2 cost more per event than
+everything else the agent does with it. DATA frames are split off in `_Connection.data_received`
+and handed to their stream directly (about 1 us per frame), with their flow control counted here.
 
 What it guarantees:
 - ALPN offers ["h2", "http/1.1"]; a server that picks http/1.1 (kubesim) makes `open()` raise
   `NotHttp2`, and the caller keeps using its HTTP/1.1 path.
-- Flow control: DATA is acknowledged only when the consumer takes it, so a slow consumer holds
-  back its own stream (at most one stream window buffered) and never the connection.
+- Flow control: DATA is acknowledged only when the consumer takes it (in steps, not per frame),
+  so a slow consumer holds back its own stream (at most one stream window buffered) and, with the
+  others, at most the connection's window; a server that sends past a window fails the connection.
 - Liveness: after `read_idle` seconds without a frame a PING is sent; no answer within
   `ping_timeout` fails the connection and every stream on it (a half-open TCP connection is
   found, as client-go's ReadIdleTimeout/PingTimeout do).
 - GOAWAY: streams the server did not process fail with `StreamRefused` and are retried on a new
-  connection by `Http2Client.stream`; the others run to their end; new requests use a new
+  connection by `Http2Client.request`; the others run to their end; new requests use a new
   connection. The server's MAX_CONCURRENT_STREAMS is respected by opening another connection.
 - Errors keep the shapes the callers already handle: a broken stream raises
   `Http2StreamError` (a ConnectionError, so an OSError), a silent read past `read_timeout`
-  raises TimeoutError.
-
-Not yet KubeClient's transport (issue 19): measured against the real control plane, 1,000
-watches took 104 MB over HTTP/2 against 161 MB over HTTP/1.1, but one watch delivered 0.67x the
-events/s (h2 parses every frame in Python, aiohttp's HTTP/1.1 reader is C), and the agent has not
-yet been run on it against a real server. The wiring waits for both.
+  raises TimeoutError, a body shorter than its Content-Length or a broken gzip encoding is an
+  `Http2StreamError` too.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import contextlib
 import logging
 import os
 import ssl
+import struct
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -49,13 +55,59 @@ import h2.settings
 log = logging.getLogger("scaleagent.kube.http2")
 
 USER_AGENT = "scale-agent/0.1"
+# As aiohttp over HTTP/1.1 and client-go: the apiserver compresses large responses (LIST pages
+# over 128 KB), a third of the bytes; watches are not compressed. Empty: ask for none.
+ACCEPT_ENCODING = "gzip"
 # A stream may buffer this much unread DATA before the server must wait (per-stream backpressure).
 STREAM_WINDOW = 1 << 20
-# The whole connection's receive window: many streams can be in flight at once.
-CONNECTION_WINDOW = 16 << 20
+# The whole connection's receive window: many streams can be in flight at once, and this bounds
+# what one cluster's streams together can hold unread in the agent's memory (a hub that stalls
+# the watches makes them buffer; HTTP/1.1 would leave the same bytes in the kernel).
+CONNECTION_WINDOW = 4 << 20
+# Consumed bytes are handed back (WINDOW_UPDATE) in steps of this much, not per frame.
+STREAM_ACK_STEP = STREAM_WINDOW // 4
+CONNECTION_ACK_STEP = CONNECTION_WINDOW // 8
+# The largest frame we accept (the SETTINGS_MAX_FRAME_SIZE we announce): the protocol's default.
+# Larger frames were measured to bring nothing: the apiserver writes a watch's events in 4 KB DATA
+# frames whatever we allow, and a LIST page in 16 KB ones cost its CPU no more than in 256 KB ones
+# (within noise), now that a frame costs us about 1 us.
+MAX_FRAME_SIZE = 1 << 14
+_FRAME_HEADER = struct.Struct(">BHBBL")  # length (24 bits, as 8 + 16), type, flags, stream id
+_DATA, _RST_STREAM, _WINDOW_UPDATE = 0x0, 0x3, 0x8
+_END_STREAM, _PADDED = 0x1, 0x8
 READ_IDLE = 30.0  # client-go's ReadIdleTimeout
 PING_TIMEOUT = 15.0  # client-go's PingTimeout
 READ_SIZE = 64 * 1024
+
+
+class _Violation(Exception):
+    """The server broke the protocol: the connection is failed."""
+
+
+_EMPTY_HEADER = b"\x00\x00\x00"  # a frame header's length field, for a frame without payload
+
+
+def _frame_length(buf: bytes | bytearray, pos: int) -> int:
+    return int.from_bytes(buf[pos : pos + 3], "big")
+
+
+def _frame_end(partial: bytearray, data: bytes) -> int:
+    """How many bytes of `data` complete the frame begun in `partial` (more than len(data): all)."""
+    head = bytes(partial[:9]) if len(partial) >= 9 else bytes(partial) + data[: 9 - len(partial)]
+    if len(head) < 9:
+        return len(data)
+    length = _frame_length(head, 0)
+    if length > MAX_FRAME_SIZE:
+        raise _Violation(f"a frame of {length} bytes, more than the {MAX_FRAME_SIZE} announced")
+    return 9 + length - len(partial)
+
+
+def _window_update(sid: int, increment: int) -> bytes:
+    return b"\x00\x00\x04" + bytes((_WINDOW_UPDATE, 0)) + sid.to_bytes(4, "big") + increment.to_bytes(4, "big")
+
+
+def _rst_stream(sid: int, code: int) -> bytes:
+    return b"\x00\x00\x04" + bytes((_RST_STREAM, 0)) + sid.to_bytes(4, "big") + int(code).to_bytes(4, "big")
 
 
 class NotHttp2(Exception):
@@ -87,14 +139,37 @@ def alpn_context(ctx: ssl.SSLContext) -> ssl.SSLContext:
 
 
 class _Content:
-    """The body of one stream, read as aiohttp's `resp.content` is (iter_any, read)."""
+    """The body of one stream, read as aiohttp's `resp.content` is (iter_any, read), decoded
+    when the server compressed it (gzip, as aiohttp accepts it over HTTP/1.1)."""
 
     def __init__(self, stream: _Stream) -> None:
         self._stream = stream
+        gzip = stream.headers.get("content-encoding", "").strip().lower() == "gzip"
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzip else None
+
+    async def _next(self) -> bytes:
+        """The next part of the body, b"" at its end."""
+        while True:
+            chunk = await self._stream.read_chunk()
+            inflate = self._inflate
+            if inflate is None:
+                return chunk
+            try:
+                if chunk:
+                    out = inflate.decompress(chunk)
+                else:
+                    out = inflate.flush()
+                    if not inflate.eof:
+                        raise Http2StreamError("the compressed response ended early")
+                    self._inflate = None
+            except zlib.error as e:
+                raise Http2StreamError(f"the response's gzip encoding is broken: {e}") from None
+            if out or not chunk:
+                return out
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         while True:
-            chunk = await self._stream.read_chunk()
+            chunk = await self._next()
             if not chunk:
                 return
             yield chunk
@@ -102,7 +177,7 @@ class _Content:
     async def read(self) -> bytes:
         parts: list[bytes] = []
         while True:
-            chunk = await self._stream.read_chunk()
+            chunk = await self._next()
             if not chunk:
                 return b"".join(parts)
             parts.append(chunk)
@@ -141,6 +216,10 @@ class _Stream:
         "deadline",
         "closed",
         "headers_received",
+        "recv_window",
+        "unacked",
+        "expected",
+        "received",
     )
 
     def __init__(self, conn: _Connection, stream_id: int, read_timeout: float | None, deadline: float | None) -> None:
@@ -156,6 +235,10 @@ class _Stream:
         self.deadline = deadline
         self.closed = False
         self.headers_received = False
+        self.recv_window = STREAM_WINDOW  # what the server may still send before a WINDOW_UPDATE
+        self.unacked = 0  # consumed, not yet handed back to the server
+        self.expected: int | None = None  # the response's Content-Length
+        self.received = 0  # body bytes received
 
     def wake(self) -> None:
         w = self._waiter
@@ -191,14 +274,19 @@ class _Stream:
             await self._wait()
 
     async def read_chunk(self) -> bytes:
-        """The next DATA received, b"" at the end of the stream; acknowledges it to the server."""
-        while not self.chunks:
+        """Everything received since the last read (b"" at the end of the stream), handed back
+        to the server's window. A watch's frames are small (the apiserver writes 4 KB DATA
+        frames): taking them together is one wake-up, one copy and one window step per read,
+        not per frame."""
+        chunks = self.chunks
+        while not chunks:
             if self.error is not None:
                 raise self.error
             if self.ended:
                 return b""
             await self._wait()
-        chunk = self.chunks.popleft()
+        chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
         self.conn.consumed(self, len(chunk))
         return chunk
 
@@ -236,6 +324,13 @@ class _Connection(asyncio.Protocol):
         self._window_waiters: list[asyncio.Future[None]] = []
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self.alpn: str | None = None
+        # Inbound DATA is parsed here, not by h2 (see data_received): the bytes of a frame that
+        # began in an earlier read, our receive window, and what was consumed but not handed back.
+        self._partial = bytearray()
+        self._recv_window = CONNECTION_WINDOW
+        self._unacked = 0
+        self._out: list[bytes] = []  # queued to send (see _queue)
+        self._send_soon = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
@@ -256,6 +351,7 @@ class _Connection(asyncio.Protocol):
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                 h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 1 << 20,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
             },
         )
         self.h2.initiate_connection()
@@ -264,20 +360,110 @@ class _Connection(asyncio.Protocol):
         self._watchdog = asyncio.ensure_future(self._watch_liveness())
 
     def data_received(self, data: bytes) -> None:
-        if self.alpn != "h2":
+        """Split the bytes into frames: DATA frames are handled here, the rest by h2.
+
+        Why not h2 for everything: h2 turns every frame into objects, runs two state machines
+        and formats a log line per frame (even with logging off), about 50 us per frame; a
+        watch's events come in 4 KB frames, so h2 alone cost more per event than the rest of
+        the agent. DATA needs none of that: its payload goes to its stream and its flow control
+        is counted here (_on_data). h2 keeps what needs state: HEADERS (HPACK), SETTINGS, PING,
+        GOAWAY, RST_STREAM, WINDOW_UPDATE for what we send, and each stream's end (a DATA frame
+        with END_STREAM is given to h2 as an empty one, so its stream bookkeeping stays true).
+        """
+        if self.alpn != "h2" or self.transport is None:
             return  # HTTP/1.1 bytes: the connection is about to be closed
         self._last_frame = self._loop.time()
         try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as e:
+            partial = self._partial
+            if partial:
+                # Complete the frame that began in an earlier read, then go on with the rest.
+                take = _frame_end(partial, data)
+                partial += data[:take]
+                data = data[take:]
+                if len(partial) < 9 or len(partial) < 9 + _frame_length(partial, 0):
+                    return
+                frame = bytes(partial)
+                partial.clear()
+                self._frames(frame)
+            used = self._frames(data)
+            if used < len(data):
+                self._partial += data[used:]
+        except _Violation as e:
             self._fail(Http2StreamError(f"HTTP/2 protocol error: {e}"))
             self._flush()
+            self._send()
             if self.transport is not None:
                 self.transport.close()
             return
+        self._flush()
+
+    def _frames(self, buf: bytes) -> int:
+        """Handle the whole frames at the start of `buf`; return how many bytes they took."""
+        pos, size, run = 0, len(buf), 0  # h2 is given runs of consecutive frames other than DATA
+        unpack = _FRAME_HEADER.unpack_from
+        while size - pos >= 9:
+            high, low, kind, flags, sid = unpack(buf, pos)
+            length = high << 16 | low
+            end = pos + 9 + length
+            if length > MAX_FRAME_SIZE:
+                raise _Violation(f"a frame of {length} bytes, more than the {MAX_FRAME_SIZE} announced")
+            if end > size:
+                break
+            if kind == _DATA:
+                if run < pos:
+                    self._to_h2(buf[run:pos])
+                self._on_data(sid & 0x7FFFFFFF, flags, buf, pos + 9, end)
+                run = end
+            pos = end
+        if run < pos:
+            self._to_h2(buf[run:pos])
+        return pos
+
+    def _to_h2(self, frames: bytes) -> None:
+        try:
+            events = self.h2.receive_data(frames)
+        except h2.exceptions.ProtocolError as e:
+            raise _Violation(str(e)) from None
         for event in events:
             self._on_event(event)
-        self._flush()
+
+    def _on_data(self, sid: int, flags: int, buf: bytes, start: int, end: int) -> None:
+        """One DATA frame (payload buf[start:end]): to its stream, counted against both windows."""
+        flow = end - start  # padding included: it counts against the windows too
+        if sid == 0:
+            raise _Violation("DATA on stream 0")
+        self._recv_window -= flow
+        if self._recv_window < 0:
+            raise _Violation("the server sent more than the connection's window")
+        s = self.streams.get(sid)
+        if s is None or s.error is not None or s.ended:
+            # Released by its reader or already failed: the bytes are dropped, and handed back at
+            # once so that they do not hold the connection's window.
+            self._give_back(flow)
+            return
+        if not s.headers_received:
+            raise _Violation(f"DATA before HEADERS on stream {sid}")
+        s.recv_window -= flow
+        if s.recv_window < 0:
+            raise _Violation(f"the server sent more than stream {sid}'s window")
+        if flags & _PADDED:
+            pad = buf[start] if flow else 256
+            if pad + 1 > flow:
+                raise _Violation(f"a DATA frame's padding is longer than the frame on stream {sid}")
+            start, end = start + 1, end - pad
+            s.unacked += pad + 1  # padding is never read: consumed on arrival
+            self._unacked += pad + 1
+        if end > start:
+            s.chunks.append(buf[start:end])
+            s.received += end - start
+        if flags & _END_STREAM:
+            if s.expected is not None and s.received != s.expected:
+                s.fail(Http2StreamError(f"the response ended after {s.received} of its {s.expected} bytes"))
+            if self.going_away:
+                s.ended = True  # h2 takes nothing after a GOAWAY; the stream's end is ours to mark
+            else:
+                self._to_h2(_EMPTY_HEADER + bytes((_DATA, _END_STREAM)) + sid.to_bytes(4, "big"))
+        s.wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(Http2StreamError(f"the HTTP/2 connection to {self.authority} was lost: {exc or 'closed'}"))
@@ -289,17 +475,8 @@ class _Connection(asyncio.Protocol):
     # -- events --------------------------------------------------------------------------------
 
     def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.DataReceived):
-            s = self.streams.get(event.stream_id)
-            if s is None:  # released by its reader: give the window back at once
-                self._ack(event.stream_id, event.flow_controlled_length)
-                return
-            if event.flow_controlled_length > len(event.data):  # padding counts but is not data
-                self._ack(event.stream_id, event.flow_controlled_length - len(event.data))
-            if event.data:
-                s.chunks.append(event.data)
-                s.wake()
-        elif isinstance(event, h2.events.ResponseReceived):
+        # DataReceived comes only from the empty frames that carry a stream's end (_on_data).
+        if isinstance(event, h2.events.ResponseReceived):
             s = self.streams.get(event.stream_id)
             if s is not None:
                 for k, v in event.headers:
@@ -309,6 +486,13 @@ class _Connection(asyncio.Protocol):
                         s.status = int(val)
                     else:
                         s.headers[key] = val
+                length = s.headers.get("content-length", "")
+                s.expected = int(length) if length.isdigit() else None
+                # h2 checks the body against Content-Length, but sees none of it (DATA is parsed
+                # in _on_data): the check is made there instead.
+                stream = self.h2.streams.get(event.stream_id)
+                if stream is not None and hasattr(stream, "_expected_content_length"):
+                    stream._expected_content_length = None
                 s.headers_received = True
                 s.wake()
         elif isinstance(event, h2.events.StreamEnded):
@@ -397,29 +581,50 @@ class _Connection(asyncio.Protocol):
         self._flush()
 
     def consumed(self, s: _Stream, n: int) -> None:
-        """The reader took `n` bytes: the server may send that much more on this stream."""
-        if not s.closed and n:
-            self._ack(s.id, n)
-            self._flush()
+        """The reader took `n` bytes: the server may send that much more, on this stream and on
+        the connection, handed back in steps (STREAM_ACK_STEP, CONNECTION_ACK_STEP)."""
+        if s.closed or not n:
+            return
+        s.unacked += n
+        self._unacked += n
+        out = b""
+        if s.unacked >= STREAM_ACK_STEP and not s.ended:
+            out = _window_update(s.id, s.unacked)
+            s.recv_window += s.unacked
+            s.unacked = 0
+        if self._unacked >= CONNECTION_ACK_STEP:
+            out += self._connection_update()
+        if out:
+            self._write(out)
 
-    def _ack(self, sid: int, n: int) -> None:
-        try:
-            self.h2.acknowledge_received_data(n, sid)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, KeyError):
-            # The stream has ended; the connection window is what matters and h2 credits it.
-            with contextlib.suppress(Exception):
-                self.h2.increment_flow_control_window(n)
+    def _give_back(self, n: int) -> None:
+        """Bytes the connection received but no reader will take: hand them back."""
+        self._unacked += n
+        if self._unacked >= CONNECTION_ACK_STEP:
+            self._write(self._connection_update())
+
+    def _connection_update(self) -> bytes:
+        n, self._unacked = self._unacked, 0
+        self._recv_window += n
+        return _window_update(0, n)
+
+    def _write(self, frames: bytes) -> None:
+        """Frames we built ourselves, after whatever h2 has queued (frames stay whole)."""
+        self._flush()
+        self._queue(frames)
 
     def forget(self, s: _Stream, cancel: bool) -> None:
         if self.streams.pop(s.id, None) is None:
             return
         unread = sum(len(c) for c in s.chunks)
-        if cancel and self.closed is None:
-            with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+        if cancel and self.transport is not None and not self.transport.is_closing():
+            try:
                 self.h2.reset_stream(s.id, h2.errors.ErrorCodes.CANCEL)
+            except (h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                if self.going_away:  # h2 sends nothing after a GOAWAY; the stream must still stop
+                    self._write(_rst_stream(s.id, h2.errors.ErrorCodes.CANCEL))
         if unread:
-            with contextlib.suppress(Exception):
-                self.h2.increment_flow_control_window(unread)
+            self._give_back(unread)
         self._flush()
         self._close_if_idle()
 
@@ -461,12 +666,31 @@ class _Connection(asyncio.Protocol):
 
     def _close_if_idle(self) -> None:
         if self.going_away and not self.streams and self.transport is not None:
+            self._send()
             self.transport.close()
 
     def _flush(self) -> None:
+        """Queue what h2 has to send (see _queue)."""
         data = self.h2.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if data:
+            self._queue(data)
+
+    def _queue(self, data: bytes) -> None:
+        """Bytes to send, sent with everything else queued in this turn of the event loop: one
+        TLS record and one system call for the requests, window updates and acknowledgements
+        that many streams make at once (each write costs far more than the bytes it carries)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self._out.append(data)
+        if not self._send_soon:
+            self._send_soon = True
+            self._loop.call_soon(self._send)
+
+    def _send(self) -> None:
+        self._send_soon = False
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def aclose(self) -> None:
         if self.closed is None:
@@ -474,6 +698,7 @@ class _Connection(asyncio.Protocol):
             with contextlib.suppress(Exception):
                 self.h2.close_connection()
                 self._flush()
+        self._send()
         self._fail(self.closed)
         if self.transport is not None:
             self.transport.close()
@@ -511,6 +736,7 @@ class Http2Client:
         self.host = parts.hostname
         self.port = parts.port or 443
         self.authority = parts.netloc
+        self.base_path = parts.path.rstrip("/")  # a server behind a proxy path (https://host/k8s/c1)
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname or parts.hostname
         self.connect_timeout = connect_timeout
@@ -534,7 +760,9 @@ class Http2Client:
         except (ssl.SSLError, TimeoutError):
             raise
         except OSError as e:
-            raise Http2ConnectError(e.errno, e.strerror or str(e) or type(e).__name__) from e
+            # The C library's words for errno ("Connection refused"), whichever event loop made it.
+            why = os.strerror(e.errno) if e.errno else e.strerror or str(e) or type(e).__name__
+            raise Http2ConnectError(e.errno, why) from e
         if conn.alpn != "h2":
             transport.close()
             self.http2 = False
@@ -568,6 +796,15 @@ class Http2Client:
         """Connect now (or raise NotHttp2): lets a caller learn the protocol before its first request."""
         await self._connection()
 
+    def peer_certificate(self) -> bytes | None:
+        """The server's certificate (DER) as an open connection received it; None without one."""
+        for c in self.connections:
+            ssl_object = c.transport.get_extra_info("ssl_object") if c.transport is not None else None
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            if der:
+                return bytes(der)
+        return None
+
     async def request(
         self,
         method: str,
@@ -588,8 +825,12 @@ class Http2Client:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout is not None else None
-        full = path + ("?" + urlencode(params) if params else "")
-        hdrs = {"user-agent": USER_AGENT, **{k.lower(): v for k, v in (headers or {}).items()}}
+        full = self.base_path + path + ("?" + urlencode(params) if params else "")
+        hdrs = {
+            "user-agent": USER_AGENT,
+            "accept-encoding": ACCEPT_ENCODING,
+            **{k.lower(): v for k, v in (headers or {}).items()},
+        }
         attempt = 0
         while True:
             conn = await self._connection()
