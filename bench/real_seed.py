@@ -8,7 +8,7 @@ the Endpoints named like a selectorless Service: EndpointSlices are not among th
 so the agent does not see them). Idempotent: what exists is counted and only
 the rest is created, so a second run costs a few LISTs.
 
-    .venv/bin/python bench/real_seed.py --kubeconfig /tmp/rc/admin.yaml --kinds 10 --objects 1000
+    .venv/bin/python bench/real_seed.py --kubeconfig .real-cluster/admin.yaml --kinds 10 --objects 1000
 """
 
 from __future__ import annotations
