@@ -16,7 +16,8 @@ default against a real server) and with `kubernetes.http2: false`. `--floor` add
 is made of, on an empty namespace: the process with no account, N accounts of one kind, N
 accounts of K kinds.
 
-    .venv/bin/python bench/agent_memory.py --kubeconfig .real-cluster/admin.yaml --clusters 100 --kinds 10 --objects 1000
+    .venv/bin/python bench/agent_memory.py --kubeconfig .real-cluster/admin.yaml \
+        --clusters 100 --kinds 10 --objects 1000
 """
 
 from __future__ import annotations
