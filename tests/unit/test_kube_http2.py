@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -44,6 +45,7 @@ class Server:
         self.paths: list[str] = []
         self.authorizations: list[str] = []
         self.window_updates = 0  # WINDOW_UPDATE frames received from clients
+        self.after_goaway = b""  # what clients sent once this server's h2 had sent a GOAWAY by hand
         self.protocols: list[_ServerProto] = []
         self.port = 0
         self._server: asyncio.base_events.Server | None = None
@@ -71,6 +73,8 @@ class _ServerProto(asyncio.Protocol):
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         self.transport: asyncio.Transport | None = None
         self.big_sent: dict[int, int] = {}
+        self.watch: int | None = None  # the stream of the last /watch request
+        self.draining: int | None = None  # the stream /drain came on, once its GOAWAY went out
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -89,6 +93,9 @@ class _ServerProto(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.server.silent:
             return
+        if self.draining is not None:
+            self.server.after_goaway += data  # h2 takes nothing after its GOAWAY: kept for the test
+            return
         for event in self.conn.receive_data(data):
             if isinstance(event, h2.events.RequestReceived):
                 headers = dict(event.headers)
@@ -105,8 +112,42 @@ class _ServerProto(asyncio.Protocol):
                     self.send_big(sid)
         self.flush()
 
+    def raw(self, kind: int, flags: int, sid: int, payload: bytes = b"") -> None:
+        """A frame written around h2 (which sends nothing once it has sent a GOAWAY)."""
+        assert self.transport is not None
+        self.transport.write(len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload)
+
     def answer(self, sid: int, path: str) -> None:
         send = self.conn.send_data
+        if path == "/watch":
+            self.watch = sid
+        if path == "/drain":
+            # A Go server shutting down: GOAWAY naming this stream as the last it processes, then
+            # its answer, a PING, the rest of an earlier watch and both streams' ends.
+            self.conn.close_connection(last_stream_id=sid)
+            self.flush()
+            self.draining = sid
+            self.raw(0x1, 0x4, sid, self.conn.encoder.encode([(":status", "200")]))
+            self.raw(0x6, 0x0, 0, b"pingpong")
+            self.raw(0x0, 0x0, sid, b"after goaway\n")
+            self.raw(0x0, 0x1, sid)
+            assert self.watch is not None
+            self.raw(0x0, 0x0, self.watch, b"the watch goes on\n")
+            self.raw(0x1, 0x5, self.watch, self.conn.encoder.encode([("grpc-status", "0")]))  # trailers, END_STREAM
+            return
+        if path == "/reject-body":  # refused before its body is read (403, as an API server's authz)
+            self.conn.send_headers(sid, [(":status", "403")], end_stream=True)
+            self.conn.reset_stream(sid, h2.errors.ErrorCodes.NO_ERROR)
+            return
+        if path == "/length-no-body":  # a Content-Length, and the stream ends with the headers
+            self.conn.send_headers(sid, [(":status", "200"), ("content-length", "30")], end_stream=True)
+            return
+        if path == "/no-window":  # takes the request, reads none of its body, answers nothing
+            return
+        if path == "/gzip-trailing":
+            self.conn.send_headers(sid, [(":status", "200"), ("content-encoding", "gzip")])
+            send(sid, gzip.compress(b"{}") + b"TRAILING", end_stream=True)
+            return
         if path == "/missing":
             status = {
                 "kind": "Status",
@@ -435,5 +476,74 @@ async def test_kube_client_over_http2_says_why_it_cannot_connect() -> None:
         with pytest.raises(ConnectionFailed, match=f"^cannot connect to https://127.0.0.1:{port}: Connection refused"):
             await client.get("/version")
         assert client.protocol is None  # still to be learned
+    finally:
+        await client.close()
+
+
+async def test_after_a_goaway_the_streams_it_kept_run_to_their_end(server: tuple[Server, ssl.SSLContext]) -> None:
+    # h2 refuses every frame after a GOAWAY; the client must still take the kept streams' answers,
+    # their ends (DATA or trailers) and the server's PINGs, as a Go server sends them when draining.
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/watch") as watch, client.stream("GET", "/drain") as drained:
+            assert drained.status == 200
+            assert await asyncio.wait_for(drained.read(), 5) == b"after goaway\n"
+            got = b""
+            async for chunk in watch.content.iter_any():
+                got += chunk
+            assert got == b"the watch goes on\n"
+        assert b"\x00\x00\x08\x06\x01\x00\x00\x00\x00pingpong" in s.after_goaway  # the PING answered
+        async with client.stream("GET", "/end") as again:  # new requests go to a new connection
+            assert await again.read() == b"hello\n"
+        assert s.connections == 2
+    finally:
+        await client.close()
+
+
+async def test_a_server_that_answers_before_reading_the_body_is_heard(server: tuple[Server, ssl.SSLContext]) -> None:
+    # More body than the server's window (65,535 here): the client waits for window the server
+    # will never give, as it has answered 403 and reset the stream.
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        resp = await asyncio.wait_for(client.request("POST", "/reject-body", body=b"x" * 300_000, timeout=10), 20)
+        assert resp.status == 403
+        resp.release()
+    finally:
+        await client.close()
+
+
+async def test_a_body_without_window_fails_at_the_requests_deadline(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.request("POST", "/no-window", body=b"x" * 300_000, timeout=0.5), 20)
+        assert all(not c.streams for c in client.connections)  # the stream was let go
+    finally:
+        await client.close()
+
+
+async def test_bytes_after_the_end_of_a_compressed_body_are_an_error(server: tuple[Server, ssl.SSLContext]) -> None:
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/gzip-trailing") as resp:
+            with pytest.raises(Http2StreamError, match="after its end"):
+                await resp.read()
+    finally:
+        await client.close()
+
+
+async def test_a_stream_that_ends_with_headers_still_owes_its_content_length(
+    server: tuple[Server, ssl.SSLContext],
+) -> None:
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        async with client.stream("GET", "/length-no-body") as resp:
+            with pytest.raises(Http2StreamError, match="after 0 of its 30 bytes"):
+                await resp.read()
     finally:
         await client.close()

@@ -73,8 +73,17 @@ CONNECTION_ACK_STEP = CONNECTION_WINDOW // 8
 # (within noise), now that a frame costs us about 1 us.
 MAX_FRAME_SIZE = 1 << 14
 _FRAME_HEADER = struct.Struct(">BHBBL")  # length (24 bits, as 8 + 16), type, flags, stream id
-_DATA, _RST_STREAM, _WINDOW_UPDATE = 0x0, 0x3, 0x8
-_END_STREAM, _PADDED = 0x1, 0x8
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
+    0x0,
+    0x1,
+    0x3,
+    0x4,
+    0x6,
+    0x7,
+    0x8,
+    0x9,
+)
+_END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 READ_IDLE = 30.0  # client-go's ReadIdleTimeout
 PING_TIMEOUT = 15.0  # client-go's PingTimeout
 READ_SIZE = 64 * 1024
@@ -161,6 +170,8 @@ class _Content:
                     out = inflate.flush()
                     if not inflate.eof:
                         raise Http2StreamError("the compressed response ended early")
+                    if inflate.unused_data:
+                        raise Http2StreamError("the compressed response has bytes after its end")
                     self._inflate = None
             except zlib.error as e:
                 raise Http2StreamError(f"the response's gzip encoding is broken: {e}") from None
@@ -220,6 +231,7 @@ class _Stream:
         "unacked",
         "expected",
         "received",
+        "head",
     )
 
     def __init__(self, conn: _Connection, stream_id: int, read_timeout: float | None, deadline: float | None) -> None:
@@ -239,6 +251,7 @@ class _Stream:
         self.unacked = 0  # consumed, not yet handed back to the server
         self.expected: int | None = None  # the response's Content-Length
         self.received = 0  # body bytes received
+        self.head = False  # a HEAD request: its Content-Length comes with no body
 
     def wake(self) -> None:
         w = self._waiter
@@ -331,6 +344,9 @@ class _Connection(asyncio.Protocol):
         self._unacked = 0
         self._out: list[bytes] = []  # queued to send (see _queue)
         self._send_soon = False
+        # A header block whose CONTINUATION frames are still to come, after a GOAWAY (_after_goaway):
+        # (stream id, END_STREAM flag, the block so far).
+        self._block: tuple[int, int, bytearray] | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
 
@@ -399,7 +415,7 @@ class _Connection(asyncio.Protocol):
 
     def _frames(self, buf: bytes) -> int:
         """Handle the whole frames at the start of `buf`; return how many bytes they took."""
-        pos, size, run = 0, len(buf), 0  # h2 is given runs of consecutive frames other than DATA
+        pos, size = 0, len(buf)
         unpack = _FRAME_HEADER.unpack_from
         while size - pos >= 9:
             high, low, kind, flags, sid = unpack(buf, pos)
@@ -410,14 +426,76 @@ class _Connection(asyncio.Protocol):
             if end > size:
                 break
             if kind == _DATA:
-                if run < pos:
-                    self._to_h2(buf[run:pos])
                 self._on_data(sid & 0x7FFFFFFF, flags, buf, pos + 9, end)
-                run = end
+            elif self.going_away:
+                self._after_goaway(kind, flags, sid & 0x7FFFFFFF, buf[pos + 9 : end])
+            else:
+                # One frame at a time: after a GOAWAY h2 takes no more frames (see _after_goaway).
+                self._to_h2(buf[pos:end])
             pos = end
-        if run < pos:
-            self._to_h2(buf[run:pos])
         return pos
+
+    def _after_goaway(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        """A frame other than DATA after the server's GOAWAY.
+
+        h2's connection is closed once a GOAWAY came, and refuses every frame after it; but the
+        streams the server kept (those up to its last stream id) go on until they end, as a Go
+        server drains them: their HEADERS (responses, trailers), RST_STREAMs, and the server's
+        PINGs and SETTINGS are handled here. HEADERS are decoded with h2's HPACK decoder, whose
+        table is the connection's.
+        """
+        if kind == _HEADERS or kind == _CONTINUATION:
+            if kind == _HEADERS:
+                start, end = 0, len(payload)
+                if flags & _PADDED:
+                    if not payload or payload[0] >= len(payload):
+                        raise _Violation(f"a HEADERS frame's padding is longer than the frame on stream {sid}")
+                    start, end = 1, len(payload) - payload[0]
+                if flags & _PRIORITY:
+                    start += 5
+                self._block = (sid, flags & _END_STREAM, bytearray(payload[start:end]))
+            elif self._block is None or self._block[0] != sid:
+                raise _Violation(f"a CONTINUATION frame on stream {sid} that continues nothing")
+            else:
+                self._block[2].extend(payload)
+            if not flags & _END_HEADERS:
+                return
+            block_sid, end_stream, block = self._block
+            self._block = None
+            try:
+                headers = self.h2.decoder.decode(bytes(block), raw=True)
+            except Exception as e:  # hpack's errors: the connection's header table is lost
+                raise _Violation(f"cannot decode the headers of stream {block_sid}: {e}") from None
+            s = self.streams.get(block_sid)
+            if s is None:
+                return
+            if not s.headers_received:
+                status = next((v for k, v in headers if k == b":status"), b"")
+                if status.startswith(b"1") and not end_stream:
+                    return  # an informational response (100 Continue): the response follows
+                self._response(s, headers)
+            if end_stream:
+                self._check_length(s)
+                s.ended = True
+                self._wake_senders()
+                s.wake()
+        elif kind == _RST_STREAM:
+            s = self.streams.get(sid)
+            if s is not None and len(payload) == 4:
+                self._reset(s, int.from_bytes(payload, "big"))
+        elif kind == _PING:
+            if flags & _ACK:
+                if self._ping_ack is not None and not self._ping_ack.done():
+                    self._ping_ack.set_result(None)
+            else:
+                self._write(b"\x00\x00\x08" + bytes((_PING, _ACK)) + b"\x00\x00\x00\x00" + payload[:8])
+        elif kind == _SETTINGS:
+            if not flags & _ACK:
+                self._write(_EMPTY_HEADER + bytes((_SETTINGS, _ACK)) + b"\x00\x00\x00\x00")
+        elif kind == _GOAWAY and len(payload) >= 8:
+            last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+            self._drain(last, int.from_bytes(payload[4:8], "big"))
+        # WINDOW_UPDATE (no request body is sent on a draining connection), PRIORITY: nothing to do.
 
     def _to_h2(self, frames: bytes) -> None:
         try:
@@ -457,8 +535,7 @@ class _Connection(asyncio.Protocol):
             s.chunks.append(buf[start:end])
             s.received += end - start
         if flags & _END_STREAM:
-            if s.expected is not None and s.received != s.expected:
-                s.fail(Http2StreamError(f"the response ended after {s.received} of its {s.expected} bytes"))
+            self._check_length(s)
             if self.going_away:
                 s.ended = True  # h2 takes nothing after a GOAWAY; the stream's end is ours to mark
             else:
@@ -479,54 +556,79 @@ class _Connection(asyncio.Protocol):
         if isinstance(event, h2.events.ResponseReceived):
             s = self.streams.get(event.stream_id)
             if s is not None:
-                for k, v in event.headers:
-                    key = k.decode() if isinstance(k, bytes) else k
-                    val = v.decode(errors="replace") if isinstance(v, bytes) else v
-                    if key == ":status":
-                        s.status = int(val)
-                    else:
-                        s.headers[key] = val
-                length = s.headers.get("content-length", "")
-                s.expected = int(length) if length.isdigit() else None
+                self._response(s, event.headers)
                 # h2 checks the body against Content-Length, but sees none of it (DATA is parsed
                 # in _on_data): the check is made there instead.
                 stream = self.h2.streams.get(event.stream_id)
                 if stream is not None and hasattr(stream, "_expected_content_length"):
                     stream._expected_content_length = None
-                s.headers_received = True
-                s.wake()
         elif isinstance(event, h2.events.StreamEnded):
             s = self.streams.get(event.stream_id)
             if s is not None:
+                self._check_length(s)  # a stream that ends with its HEADERS (no body, or trailers)
                 s.ended = True
+                self._wake_senders()
                 s.wake()
         elif isinstance(event, h2.events.StreamReset):
             s = self.streams.get(event.stream_id)
             if s is not None:
-                code = event.error_code
-                cls = StreamRefused if code == h2.errors.ErrorCodes.REFUSED_STREAM else Http2StreamError
-                s.fail(cls(f"the server reset the stream ({_code_name(code)})"))
+                self._reset(s, event.error_code)
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._on_goaway(event)
         elif isinstance(event, h2.events.PingAckReceived):
             if self._ping_ack is not None and not self._ping_ack.done():
                 self._ping_ack.set_result(None)
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
-            waiters, self._window_waiters = self._window_waiters, []
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
+            self._wake_senders()
+
+    @staticmethod
+    def _check_length(s: _Stream) -> None:
+        """The stream ended: its body must be as long as its Content-Length said."""
+        if s.expected is not None and s.received != s.expected and not s.head and s.status not in (204, 304):
+            s.fail(Http2StreamError(f"the response ended after {s.received} of its {s.expected} bytes"))
+
+    def _response(self, s: _Stream, headers: Any) -> None:
+        """The response's headers (name, value pairs, bytes or str) arrived on `s`."""
+        for k, v in headers:
+            key = k.decode() if isinstance(k, bytes) else k
+            val = v.decode(errors="replace") if isinstance(v, bytes) else v
+            if key == ":status":
+                s.status = int(val)
+            else:
+                s.headers[key] = val
+        length = s.headers.get("content-length", "")
+        s.expected = int(length) if length.isdigit() else None
+        s.headers_received = True
+        s.wake()
+
+    def _reset(self, s: _Stream, code: int) -> None:
+        cls = StreamRefused if code == h2.errors.ErrorCodes.REFUSED_STREAM else Http2StreamError
+        s.fail(cls(f"the server reset the stream ({_code_name(code)})"))
+        self._wake_senders()
+
+    def _wake_senders(self) -> None:
+        """A stream ended or was reset: a request body waiting for window looks again (its
+        stream may no longer want it)."""
+        waiters, self._window_waiters = self._window_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        self._drain(event.last_stream_id or 0, int(event.error_code or 0))
+
+    def _drain(self, last: int, code: int) -> None:
+        """The server sent GOAWAY: streams after `last` were not processed (retried elsewhere by
+        Http2Client.request); those up to it go on to their end unless the code is an error."""
         self.going_away = True
-        last = event.last_stream_id or 0
-        why = f"the server is closing the connection (GOAWAY {_code_name(event.error_code)})"
+        why = f"the server is closing the connection (GOAWAY {_code_name(code)})"
         self.closed = self.closed or Http2StreamError(why)
         for sid, s in list(self.streams.items()):
             if sid > last:
                 s.fail(StreamRefused(why))
-            elif event.error_code != h2.errors.ErrorCodes.NO_ERROR:
+            elif code != h2.errors.ErrorCodes.NO_ERROR:
                 s.fail(Http2StreamError(why))
+        self._wake_senders()
         self._close_if_idle()
 
     # -- streams -------------------------------------------------------------------------------
@@ -549,27 +651,42 @@ class _Connection(asyncio.Protocol):
         hdrs = [(":method", method), (":scheme", "https"), (":authority", self.authority), (":path", path)]
         hdrs += [(k.lower(), v) for k, v in headers.items()]
         s = _Stream(self, sid, read_timeout, deadline)
+        s.head = method == "HEAD"
         self.streams[sid] = s
         try:
             self.h2.send_headers(sid, hdrs, end_stream=not body)
             self._flush()
             if body:
-                await self._send_body(s, body)
+                await self._send_body(s, body, deadline)
         except (h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError) as e:
             self.forget(s, cancel=False)
             raise Http2StreamError(f"cannot send the request: {e}") from None
+        except BaseException:  # the body's deadline, the stream refused or failed, a cancellation
+            s.close()
+            raise
         return s
 
-    async def _send_body(self, s: _Stream, body: bytes) -> None:
+    async def _send_body(self, s: _Stream, body: bytes, deadline: float | None) -> None:
+        """Send the request's body as the stream's and the connection's windows allow, by the
+        request's deadline. A server may answer before it has read the whole body (a 403, a 429)
+        and end or reset the stream: the rest is then not sent, and its answer is what counts."""
         view = memoryview(body)
         while view:
+            if s.ended:
+                with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                    self.h2.reset_stream(s.id, h2.errors.ErrorCodes.NO_ERROR)  # no more of the body
+                    self._flush()
+                return
             if s.error is not None:
                 raise s.error
             window = self.h2.local_flow_control_window(s.id)
             if window <= 0:
+                left = None if deadline is None else deadline - self._loop.time()
+                if left is not None and left <= 0:
+                    raise TimeoutError("no window to send the request's body before its deadline")
                 fut = self._loop.create_future()
                 self._window_waiters.append(fut)
-                await asyncio.wait([fut, self._lost], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([fut, self._lost], timeout=left, return_when=asyncio.FIRST_COMPLETED)
                 if self._lost.done():
                     raise self.closed or Http2StreamError("connection lost while sending")
                 continue
@@ -633,14 +750,19 @@ class _Connection(asyncio.Protocol):
     async def _watch_liveness(self) -> None:
         """PING after `read_idle` seconds of silence; no ACK within `ping_timeout`: connection dead."""
         try:
-            while self.closed is None:
+            # Also while a GOAWAY drains the streams the server kept: they are watches, which a
+            # half-open connection would otherwise leave silent.
+            while self.closed is None or (self.going_away and self.streams):
                 idle = self._loop.time() - self._last_frame
                 if idle < self.read_idle:
                     await asyncio.sleep(self.read_idle - idle)
                     continue
                 self._ping_ack = self._loop.create_future()
-                self.h2.ping(os.urandom(8))
-                self._flush()
+                if self.going_away:  # h2 sends nothing after a GOAWAY
+                    self._write(b"\x00\x00\x08" + bytes((_PING, 0)) + b"\x00\x00\x00\x00" + os.urandom(8))
+                else:
+                    self.h2.ping(os.urandom(8))
+                    self._flush()
                 try:
                     await asyncio.wait_for(asyncio.shield(self._ping_ack), self.ping_timeout)
                 except TimeoutError:
@@ -834,7 +956,13 @@ class Http2Client:
         attempt = 0
         while True:
             conn = await self._connection()
-            s = await conn.open_stream(method, full, hdrs, body, read_timeout, deadline)
+            try:
+                s = await conn.open_stream(method, full, hdrs, body, read_timeout, deadline)
+            except StreamRefused:  # a GOAWAY came while the body was being sent
+                attempt += 1
+                if attempt > 3:
+                    raise
+                continue
             try:
                 await s.wait_headers()
             except StreamRefused:
