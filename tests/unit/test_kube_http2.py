@@ -142,6 +142,11 @@ class _ServerProto(asyncio.Protocol):
         if path == "/length-no-body":  # a Content-Length, and the stream ends with the headers
             self.conn.send_headers(sid, [(":status", "200"), ("content-length", "30")], end_stream=True)
             return
+        if path == "/goaway-during-body":  # keeps the stream, but goes away before reading its body
+            self.conn.close_connection(last_stream_id=sid)
+            self.flush()
+            self.draining = sid
+            return
         if path == "/no-window":  # takes the request, reads none of its body, answers nothing
             return
         if path == "/gzip-trailing":
@@ -545,5 +550,20 @@ async def test_a_stream_that_ends_with_headers_still_owes_its_content_length(
         async with client.stream("GET", "/length-no-body") as resp:
             with pytest.raises(Http2StreamError, match="after 0 of its 30 bytes"):
                 await resp.read()
+    finally:
+        await client.close()
+
+
+async def test_a_goaway_while_the_body_waits_for_window_fails_the_request(
+    server: tuple[Server, ssl.SSLContext],
+) -> None:
+    # The stream was kept (the server may have acted on it: not retried), but h2 can send no more
+    # of its body: the request fails at once, with why, and the stream is reset.
+    s, ctx = server
+    client = _client(s, ctx)
+    try:
+        with pytest.raises(Http2StreamError, match="while the request's body was being sent"):
+            await asyncio.wait_for(client.request("POST", "/goaway-during-body", body=b"x" * 300_000, timeout=10), 20)
+        assert all(not c.streams for c in client.connections)
     finally:
         await client.close()

@@ -371,6 +371,9 @@ class _Connection(asyncio.Protocol):
             },
         )
         self.h2.initiate_connection()
+        # What we announce, also for h2's decoder: it would keep the protocol's 64 KiB until our
+        # SETTINGS were acknowledged, and the initial values above are never "changed".
+        self.h2.decoder.max_header_list_size = 1 << 20
         self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
         self._watchdog = asyncio.ensure_future(self._watch_liveness())
@@ -431,6 +434,8 @@ class _Connection(asyncio.Protocol):
                 self._after_goaway(kind, flags, sid & 0x7FFFFFFF, buf[pos + 9 : end])
             else:
                 # One frame at a time: after a GOAWAY h2 takes no more frames (see _after_goaway).
+                if kind == _GOAWAY:
+                    self._flush()  # h2 drops what it has queued (an ACK of a PING just before) on a GOAWAY
                 self._to_h2(buf[pos:end])
             pos = end
         return pos
@@ -444,6 +449,8 @@ class _Connection(asyncio.Protocol):
         PINGs and SETTINGS are handled here. HEADERS are decoded with h2's HPACK decoder, whose
         table is the connection's.
         """
+        if self._block is not None and kind != _CONTINUATION:
+            raise _Violation(f"a frame of type {kind} inside the header block of stream {self._block[0]}")
         if kind == _HEADERS or kind == _CONTINUATION:
             if kind == _HEADERS:
                 start, end = 0, len(payload)
@@ -453,6 +460,8 @@ class _Connection(asyncio.Protocol):
                     start, end = 1, len(payload) - payload[0]
                 if flags & _PRIORITY:
                     start += 5
+                if start > end:
+                    raise _Violation(f"a HEADERS frame too short for its flags on stream {sid}")
                 self._block = (sid, flags & _END_STREAM, bytearray(payload[start:end]))
             elif self._block is None or self._block[0] != sid:
                 raise _Violation(f"a CONTINUATION frame on stream {sid} that continues nothing")
@@ -480,10 +489,14 @@ class _Connection(asyncio.Protocol):
                 self._wake_senders()
                 s.wake()
         elif kind == _RST_STREAM:
+            if len(payload) != 4:
+                raise _Violation(f"an RST_STREAM frame of {len(payload)} bytes on stream {sid}")
             s = self.streams.get(sid)
-            if s is not None and len(payload) == 4:
+            if s is not None:
                 self._reset(s, int.from_bytes(payload, "big"))
         elif kind == _PING:
+            if len(payload) != 8 or sid:
+                raise _Violation(f"a PING frame of {len(payload)} bytes on stream {sid}")
             if flags & _ACK:
                 if self._ping_ack is not None and not self._ping_ack.done():
                     self._ping_ack.set_result(None)
@@ -495,7 +508,7 @@ class _Connection(asyncio.Protocol):
         elif kind == _GOAWAY and len(payload) >= 8:
             last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             self._drain(last, int.from_bytes(payload[4:8], "big"))
-        # WINDOW_UPDATE (no request body is sent on a draining connection), PRIORITY: nothing to do.
+        # WINDOW_UPDATE (no request body goes on once a GOAWAY came: _send_body), PRIORITY: nothing to do.
 
     def _to_h2(self, frames: bytes) -> None:
         try:
@@ -538,6 +551,7 @@ class _Connection(asyncio.Protocol):
             self._check_length(s)
             if self.going_away:
                 s.ended = True  # h2 takes nothing after a GOAWAY; the stream's end is ours to mark
+                self._wake_senders()
             else:
                 self._to_h2(_EMPTY_HEADER + bytes((_DATA, _END_STREAM)) + sid.to_bytes(4, "big"))
         s.wake()
@@ -673,12 +687,20 @@ class _Connection(asyncio.Protocol):
         view = memoryview(body)
         while view:
             if s.ended:
-                with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
-                    self.h2.reset_stream(s.id, h2.errors.ErrorCodes.NO_ERROR)  # no more of the body
-                    self._flush()
+                if self.going_away:  # h2 sends nothing after a GOAWAY
+                    self._write(_rst_stream(s.id, h2.errors.ErrorCodes.NO_ERROR))
+                else:
+                    with contextlib.suppress(h2.exceptions.ProtocolError, h2.exceptions.StreamClosedError):
+                        self.h2.reset_stream(s.id, h2.errors.ErrorCodes.NO_ERROR)  # no more of the body
+                        self._flush()
                 return
             if s.error is not None:
                 raise s.error
+            if self.going_away:
+                # The server kept this stream, but h2 sends nothing after a GOAWAY: the request
+                # stops here (not retried: the server may have acted on it).
+                self._write(_rst_stream(s.id, h2.errors.ErrorCodes.CANCEL))
+                raise Http2StreamError("the server closed the connection while the request's body was being sent")
             window = self.h2.local_flow_control_window(s.id)
             if window <= 0:
                 left = None if deadline is None else deadline - self._loop.time()
@@ -694,6 +716,9 @@ class _Connection(asyncio.Protocol):
             self.h2.send_data(s.id, bytes(view[:n]))
             view = view[n:]
             self._flush()
+        if self.going_away:  # all of it went before the GOAWAY; its end is ours to send
+            self._write(_EMPTY_HEADER + bytes((_DATA, _END_STREAM)) + s.id.to_bytes(4, "big"))
+            return
         self.h2.end_stream(s.id)
         self._flush()
 
@@ -831,6 +856,8 @@ class _Connection(asyncio.Protocol):
 
 
 def _code_name(code: Any) -> str:
+    with contextlib.suppress(ValueError, TypeError):
+        code = h2.errors.ErrorCodes(code)  # an int parsed by hand: its name, as h2 gives it
     return getattr(code, "name", str(code))
 
 
