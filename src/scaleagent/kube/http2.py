@@ -115,6 +115,11 @@ def _window_update(sid: int, increment: int) -> bytes:
     return b"\x00\x00\x04" + bytes((_WINDOW_UPDATE, 0)) + sid.to_bytes(4, "big") + increment.to_bytes(4, "big")
 
 
+def _ping(payload: bytes, flags: int) -> bytes:
+    """A PING frame (flags: 0, or _ACK to answer one) with its 8 bytes of payload."""
+    return b"\x00\x00\x08" + bytes((_PING, flags)) + b"\x00\x00\x00\x00" + payload
+
+
 def _rst_stream(sid: int, code: int) -> bytes:
     return b"\x00\x00\x04" + bytes((_RST_STREAM, 0)) + sid.to_bytes(4, "big") + int(code).to_bytes(4, "big")
 
@@ -501,7 +506,7 @@ class _Connection(asyncio.Protocol):
                 if self._ping_ack is not None and not self._ping_ack.done():
                     self._ping_ack.set_result(None)
             else:
-                self._write(b"\x00\x00\x08" + bytes((_PING, _ACK)) + b"\x00\x00\x00\x00" + payload[:8])
+                self._write(_ping(payload, _ACK))
         elif kind == _SETTINGS:
             if not flags & _ACK:
                 self._write(_EMPTY_HEADER + bytes((_SETTINGS, _ACK)) + b"\x00\x00\x00\x00")
@@ -784,7 +789,7 @@ class _Connection(asyncio.Protocol):
                     continue
                 self._ping_ack = self._loop.create_future()
                 if self.going_away:  # h2 sends nothing after a GOAWAY
-                    self._write(b"\x00\x00\x08" + bytes((_PING, 0)) + b"\x00\x00\x00\x00" + os.urandom(8))
+                    self._write(_ping(os.urandom(8), 0))
                 else:
                     self.h2.ping(os.urandom(8))
                     self._flush()

@@ -190,17 +190,16 @@ class PackedMessage:
     bound, a few bytes per event above the exact size, so that a message filled up to the hub's
     limit stays under it."""
 
-    __slots__ = ("rows", "objects", "object_bytes", "size", "count")
+    __slots__ = ("rows", "objects", "object_bytes", "size")
 
-    def __init__(self, heads: object = None) -> None:
+    def __init__(self, heads: object = None) -> None:  # `heads`: EventsMessage's, unused here
         self.rows: list[IndexRow] = []
         self.objects: list[bytes] = []
         self.object_bytes = 0
         self.size = 0
-        self.count = 0
 
     def __len__(self) -> int:
-        return self.count
+        return len(self.rows)
 
     def add(self, e: ObjectEvent) -> int:
         """Append `e`; returns the bytes it may take (an upper bound)."""
@@ -226,19 +225,16 @@ class PackedMessage:
         self.objects.append(obj)
         self.object_bytes += len(obj)
         self.size += taken
-        self.count += 1
         return taken
 
     def mark(self) -> int:
-        return self.count
+        return len(self.rows)
 
     def drop_last(self, mark: int, taken: int) -> None:
         del self.rows[mark:]
-        for obj in self.objects[mark:]:
-            self.object_bytes -= len(obj)
+        self.object_bytes -= sum(map(len, self.objects[mark:]))
         del self.objects[mark:]
         self.size -= taken
-        self.count -= 1
 
     def message(self, sequence: int) -> pb.CachingMessage:
         m = pb.CachingMessage()
