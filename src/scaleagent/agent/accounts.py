@@ -57,6 +57,11 @@ REQUEST_PARALLELISM = 2
 REQUEST_PARALLELISM_HTTP2 = 8
 # Consecutive failed attempts after which a watch makes its account report an error.
 FAILING_AFTER = 3
+# While an account's state stays the same, its watches' comings and goings reach the hub at most
+# this often (seconds): an account listing 51 kinds would otherwise describe itself 51 times in a
+# second, each a message the hub turns into a database write (most of the agent's and hub's work
+# while a hundred accounts were activated, beside the lists). A change of state goes at once.
+WATCHES_DESCRIBED_EVERY = 0.5
 DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
 
 
@@ -131,6 +136,7 @@ class AccountRunner:
     _identity_check: asyncio.Future[tuple[str, str]] | None = None
     _restarting: asyncio.Task[None] | None = None
     _not_watching_described: set[str] = field(default_factory=set)  # as the hub last heard it
+    _describe_later: asyncio.TimerHandle | None = None  # _describe_watches, waiting to run
     _fresh: bool = False  # rediscover() asked: the next discovery asks the server, not the shared answers
 
     @property
@@ -157,6 +163,9 @@ class AccountRunner:
         await self._stop_watches(list(self.watches))
         await self._close_client()
         self.budget.forget(self.name)
+        if self._describe_later is not None:
+            self._describe_later.cancel()
+            self._describe_later = None
         if not quietly:
             self._set(STOPPED, "")
 
@@ -182,7 +191,17 @@ class AccountRunner:
 
     def _describe_watches(self) -> None:
         """While the account's state stays the same, its watches still come and go one by one:
-        the hub shows each kind's freshness, so it hears when the set not watching changes."""
+        the hub shows each kind's freshness, so it hears when the set not watching changes (at
+        most every WATCHES_DESCRIBED_EVERY seconds)."""
+        if self._describe_later is None:
+            self._describe_later = asyncio.get_running_loop().call_later(
+                WATCHES_DESCRIBED_EVERY, self._describe_watches_now
+            )
+
+    def _describe_watches_now(self) -> None:
+        self._describe_later = None
+        if self.state == STOPPED:
+            return  # its last description was "stopped": another would register it again
         not_watching = {w.kind.qualified for w in self.watches.values() if w.state != WATCHING}
         if not_watching != self._not_watching_described:
             self.sink.describe(self.description())
