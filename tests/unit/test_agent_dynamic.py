@@ -76,6 +76,10 @@ def test_an_empty_kubeconfig_means_the_agents_own_service_account():
         (b64(b"\xff\xfe"), "the kubeconfig is not UTF-8 text (invalid byte at offset 0)"),
         (b64(b"- a list"), "the kubeconfig: the top level must be a mapping, not a list"),
         (b64(b"users: [\n"), "the kubeconfig line 2, column 1: YAML syntax error"),
+        # Read by libyaml's parser (see configfile._FastLoader) with the configuration files' rules.
+        (b64(b"users: []\nusers: []\n"), "the kubeconfig line 2, column 1: duplicate key 'users' (first at line 1)"),
+        (b64(b"users: " + b"[" * 5000 + b"]" * 5000), "the kubeconfig: the document is nested too deeply"),
+        (b64(b"a: &x [*x, *x]\n"), "the kubeconfig: the document is nested too deeply"),
         (b64(b"{}"), "the kubeconfig is empty"),
         (b64({"clusters": []}), "Invalid kube-config file. Expected key current-context"),
     ],

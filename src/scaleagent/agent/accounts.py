@@ -61,7 +61,7 @@ FAILING_AFTER = 3
 # this often (seconds): an account listing 51 kinds would otherwise describe itself 51 times in a
 # second, each a message the hub turns into a database write (most of the agent's and hub's work
 # while a hundred accounts were activated, beside the lists). A change of state goes at once.
-WATCHES_DESCRIBED_EVERY = 0.5
+WATCHES_DESCRIBED_EVERY = 2.0
 DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
 
 

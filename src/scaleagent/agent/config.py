@@ -918,7 +918,7 @@ def decode_kubeconfig(kubeconfig_base64: str) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"the kubeconfig is not UTF-8 text (invalid byte at offset {e.start})") from None
     # The configuration files' reader: safe, alias bombs refused, messages give positions, not content.
-    doc = _read_yaml("the kubeconfig", text)
+    doc = _read_yaml("the kubeconfig", text, fast=True)
     if not doc:
         raise ConfigError("the kubeconfig is empty")
     return doc
