@@ -9,6 +9,7 @@ import gzip
 import ssl
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
+from typing import Any
 
 import h2.config
 import h2.connection
@@ -16,6 +17,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import orjson
 import pytest
 import trustme
@@ -565,5 +567,176 @@ async def test_a_goaway_while_the_body_waits_for_window_fails_the_request(
         with pytest.raises(Http2StreamError, match="while the request's body was being sent"):
             await asyncio.wait_for(client.request("POST", "/goaway-during-body", body=b"x" * 300_000, timeout=10), 20)
         assert all(not c.streams for c in client.connections)
+    finally:
+        await client.close()
+
+
+# -- A server that writes raw frames: what h2, a correct server, will not send ---------------------
+
+_ENCODER = hpack.Encoder()
+
+
+def _frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def _headers(sid: int, fields: list[tuple[bytes, bytes]], end_stream: bool = False) -> bytes:
+    return _frame(0x1, 0x4 | (0x1 if end_stream else 0), sid, _ENCODER.encode(fields))
+
+
+class _RawProto(asyncio.Protocol):
+    """Reads the client's frames (requests by their :path) and answers as `RawServer.answer` says."""
+
+    def __init__(self, server: RawServer) -> None:
+        self.server = server
+        server.protos.append(self)
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.decoder = hpack.Decoder()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(_frame(0x4, 0, 0, self.server.settings))
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.buf.startswith(b"PRI * HTTP/2.0"):
+            self.buf = self.buf[24:]
+        while len(self.buf) >= 9 and len(self.buf) >= 9 + int.from_bytes(self.buf[:3], "big"):
+            length, kind, flags = int.from_bytes(self.buf[:3], "big"), self.buf[3], self.buf[4]
+            sid, payload = int.from_bytes(self.buf[5:9], "big"), self.buf[9 : 9 + length]
+            self.buf = self.buf[9 + length :]
+            self.server.frames.append((kind, sid))
+            if kind == 0x8 and sid:
+                self.server.stream_window_update.set()
+            if kind == 0x4 and not flags & 0x1:
+                self.write(_frame(0x4, 0x1, 0))
+            elif kind == 0x1:  # the client's requests fit in one HEADERS frame
+                path = dict(self.decoder.decode(payload, raw=True))[b":path"].decode()
+                self.write(self.server.answer(sid, path))
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+class RawServer:
+    def __init__(self, answer: Any, settings: bytes = b"") -> None:
+        self.answer = answer  # (stream id, path) -> the bytes to write back
+        self.settings = settings
+        self.protos: list[_RawProto] = []
+        self.frames: list[tuple[int, int]] = []  # (type, stream id) of every frame received
+        self.stream_window_update = asyncio.Event()  # a WINDOW_UPDATE for a stream came
+
+    def open_connections(self) -> int:
+        return sum(p.transport is not None and not p.transport.is_closing() for p in self.protos)
+
+
+@pytest.fixture
+async def raw_server() -> AsyncIterator[Any]:
+    ca = trustme.CA()
+    sctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(sctx)
+    sctx.set_alpn_protocols(["h2"])
+    cctx = ssl.create_default_context()
+    ca.configure_trust(cctx)
+    cctx.set_alpn_protocols(["h2", "http/1.1"])
+    loop = asyncio.get_running_loop()
+    listeners: list[asyncio.base_events.Server] = []
+
+    async def start(answer: Any, settings: bytes = b"") -> tuple[RawServer, Http2Client]:
+        raw = RawServer(answer, settings)
+        listener = await loop.create_server(lambda: _RawProto(raw), "127.0.0.1", 0, ssl=sctx)
+        listeners.append(listener)
+        port = listener.sockets[0].getsockname()[1]
+        return raw, Http2Client(f"https://127.0.0.1:{port}", cctx, read_idle=30)
+
+    yield start
+    for listener in listeners:
+        listener.close()
+
+
+async def test_a_server_that_takes_no_streams_is_an_error_not_a_storm_of_connections(raw_server: Any) -> None:
+    # MAX_CONCURRENT_STREAMS 0 is allowed (RFC 9113 6.5.2); each new connection can take nothing.
+    raw, client = await raw_server(
+        lambda sid, path: _frame(0x3, 0, sid, (7).to_bytes(4, "big")), b"\x00\x03" + bytes(4)
+    )
+    try:
+        for _ in range(2):
+            with pytest.raises(Http2StreamError, match="allows no streams|REFUSED_STREAM"):
+                await asyncio.wait_for(client.request("GET", "/x", timeout=2), 10)
+        assert len(raw.protos) <= 8  # a few dials, not one per event-loop turn
+    finally:
+        await client.close()
+    await asyncio.sleep(0.1)
+    assert raw.open_connections() == 0
+
+
+async def test_a_malformed_response_fails_its_stream_and_the_connection_goes_on(raw_server: Any) -> None:
+    answers = {
+        "/unicode-status": [(b":status", "²".encode())],
+        "/no-status": [(b"content-type", b"text/plain")],
+        "/unicode-length": [(b":status", b"200"), (b"content-length", "²".encode())],
+        "/informational-end": [(b":status", b"100")],
+        "/odd-name": [(b":status", b"200"), (b"x-\xff", b"v")],
+        "/ok": [(b":status", b"200")],
+    }
+
+    def answer(sid: int, path: str) -> bytes:
+        if path == "/informational-end":
+            return _headers(sid, answers[path], end_stream=True)
+        return _headers(sid, answers[path]) + _frame(0x0, 0x1, sid, b"body")
+
+    raw, client = await raw_server(answer)
+    try:
+        for path, why in [
+            ("/unicode-status", "without a valid :status"),
+            ("/no-status", "without a valid :status"),
+            ("/unicode-length", "Content-Length is not a number"),
+            ("/informational-end", r"informational \(1xx\) response that ends the stream"),
+        ]:
+            with pytest.raises(Http2StreamError, match=why):
+                await client.request("GET", path, timeout=5)
+        for path in ("/odd-name", "/ok"):
+            async with client.stream("GET", path, timeout=5) as resp:
+                assert resp.status == 200 and await resp.read() == b"body"
+        assert len(raw.protos) == 1  # one connection throughout
+    finally:
+        await client.close()
+
+
+async def test_a_malformed_answer_to_a_request_still_sending_its_body_resets_it(raw_server: Any) -> None:
+    # The server answers before the body is all sent: the stream is reset, so that it stops
+    # counting against the server's limit (1 here) and the next request can go on this connection.
+    def answer(sid: int, path: str) -> bytes:
+        fields = [(b":status", b"200")] if path == "/ok" else [(b":status", b"x")]
+        return _headers(sid, fields, end_stream=True)
+
+    raw, client = await raw_server(answer, b"\x00\x03" + (1).to_bytes(4, "big"))
+    try:
+        with pytest.raises(Http2StreamError, match="without a valid :status"):
+            await asyncio.wait_for(client.request("POST", "/bad", body=b"x" * 200_000, timeout=30), 10)
+        async with client.stream("GET", "/ok", timeout=5) as resp:
+            assert resp.status == 200
+        assert (0x3, 1) in raw.frames and len(raw.protos) == 1
+    finally:
+        await client.close()
+
+
+async def test_data_frames_of_padding_alone_are_handed_back(raw_server: Any) -> None:
+    # A stream window's worth of padding: counted as consumed on arrival, so it must be handed
+    # back without any read, or the server could send nothing more.
+    window = http2_module.STREAM_WINDOW
+
+    def answer(sid: int, path: str) -> bytes:
+        padding = _frame(0x0, 0x8, sid, bytes([255]) + bytes(255))  # 256 bytes of window, no data
+        return _headers(sid, [(b":status", b"200")]) + padding * (window // 256)
+
+    raw, client = await raw_server(answer)
+    try:
+        async with client.stream("GET", "/padding", timeout=5):
+            await asyncio.wait_for(raw.stream_window_update.wait(), 5)
+        assert (0x8, 1) in raw.frames
     finally:
         await client.close()

@@ -105,6 +105,9 @@ _MAX_STREAM_ID = (1 << 31) - 1
 # frames one block may take (a stream of empty ones would otherwise never end).
 MAX_HEADER_LIST = 1 << 20
 MAX_CONTINUATIONS = 128
+INITIAL_MAX_STREAMS = 100  # the streams a new connection may carry before the server's SETTINGS
+_STATUS = re.compile(rb"[1-9][0-9]{2}")
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
 
 
 class ErrorCode(enum.IntEnum):
@@ -132,6 +135,7 @@ _NO_ERROR, _PROTOCOL_ERROR, _FLOW_CONTROL_ERROR, _FRAME_SIZE_ERROR = (
     ErrorCode.FLOW_CONTROL_ERROR,
     ErrorCode.FRAME_SIZE_ERROR,
 )
+_INTERNAL = ErrorCode.INTERNAL_ERROR
 _REFUSED_STREAM, _CANCEL, _COMPRESSION_ERROR, _ENHANCE_YOUR_CALM = (
     ErrorCode.REFUSED_STREAM,
     ErrorCode.CANCEL,
@@ -218,6 +222,8 @@ for _i, (_name, _value) in enumerate(hpack.table.HeaderTable.STATIC_TABLE, 1):
 _SENSITIVE = frozenset((b"authorization", b"proxy-authorization", b"cookie"))
 _NAME = re.compile(rb":?[!#$%&'*+\-.^_`|~0-9a-z]+")  # a token in lower case (HTTP/2 wants them so)
 _BAD_VALUE = re.compile(rb"[\x00\r\n]|^[ \t]|[ \t]$")
+# HTTP/1.1's connection-specific fields, which HTTP/2 forbids (RFC 9113 section 8.2.2).
+_CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
 
 def _hpack_int(value: int, prefix: int, first: int) -> bytes:
@@ -247,7 +253,7 @@ def _hpack_field(name: str, value: str) -> bytes:
     """One request header field. Raises Http2StreamError for a field HTTP/2 cannot carry
     (without the value in the message: it may be a credential)."""
     n, v = name.encode(), value.encode()
-    if not _NAME.fullmatch(n) or _BAD_VALUE.search(v):
+    if not _NAME.fullmatch(n) or _BAD_VALUE.search(v) or n in _CONNECTION_SPECIFIC or (n == b"te" and v != b"trailers"):
         raise Http2StreamError(f"cannot send the request: its header {name!r} is not one HTTP/2 can carry")
     index = _STATIC_FIELDS.get((n, v))
     if index is not None and n not in _SENSITIVE:
@@ -497,7 +503,11 @@ class _Connection(asyncio.Protocol):
         # Streams the server counts against its MAX_CONCURRENT_STREAMS: opened, and not yet both
         # ended (each side's END_STREAM) or reset.
         self._open: set[int] = set()
-        self._max_streams = 1 << 31  # the server's MAX_CONCURRENT_STREAMS: unlimited until it says
+        # The server's MAX_CONCURRENT_STREAMS. Until its first SETTINGS arrive, 100 (as Go's client
+        # assumes): a burst of requests on a new connection would otherwise outrun the server's
+        # limit and be refused; unlimited afterwards if it names none, as RFC 9113 says.
+        self._max_streams = INITIAL_MAX_STREAMS
+        self._settings_seen = False
         self._initial_window = 65535  # the server's INITIAL_WINDOW_SIZE: each stream's send window
         self._max_frame = 1 << 14  # the server's MAX_FRAME_SIZE: the largest frame we may send
         self._send_window = 65535  # what we may still send on the connection
@@ -548,11 +558,18 @@ class _Connection(asyncio.Protocol):
             if used < len(data):
                 self._partial += data[used:]
         except _Violation as e:
-            self._fail(Http2StreamError(f"HTTP/2 protocol error: {e}"))
-            self._write(_goaway(0, e.code))
-            self._send()
-            if self.transport is not None:
-                self.transport.close()
+            self._abort(Http2StreamError(f"HTTP/2 protocol error: {e}"), e.code)
+        except Exception as e:  # a bug of ours, met by what this server sent: its connection alone fails
+            log.warning("%s: HTTP/2 connection failed handling what the server sent", self.authority, exc_info=True)
+            self._abort(Http2StreamError(f"HTTP/2: cannot handle what the server sent ({type(e).__name__})"), _INTERNAL)
+
+    def _abort(self, error: Http2StreamError, code: int) -> None:
+        """Fail the connection and every stream on it, telling the server why (GOAWAY)."""
+        self._fail(error)
+        self._write(_goaway(0, code))
+        self._send()
+        if self.transport is not None:
+            self.transport.close()
 
     def _frames(self, buf: bytes) -> int:
         """Handle the whole frames at the start of `buf`; return how many bytes they took.
@@ -591,7 +608,9 @@ class _Connection(asyncio.Protocol):
                 raise _Violation(f"a WINDOW_UPDATE frame of {len(payload)} bytes", _FRAME_SIZE_ERROR)
             self._window_updated(sid, int.from_bytes(payload, "big") & 0x7FFFFFFF)
         elif kind == _RST_STREAM:
-            if len(payload) != 4 or not sid:
+            if not sid:
+                raise _Violation("RST_STREAM on stream 0")
+            if len(payload) != 4:
                 raise _Violation(f"an RST_STREAM frame of {len(payload)} bytes on stream {sid}", _FRAME_SIZE_ERROR)
             self._open.discard(sid)
             s = self.streams.get(sid)
@@ -649,8 +668,13 @@ class _Connection(asyncio.Protocol):
             raise _Violation(f"a CONTINUATION frame on stream {sid} that continues nothing")
         block[2].extend(payload)
         self._continuations += 1
-        if len(block[2]) > MAX_HEADER_LIST or self._continuations > MAX_CONTINUATIONS:
+        if len(block[2]) > MAX_HEADER_LIST:
             raise _Violation(f"a header block of more than {MAX_HEADER_LIST} bytes on stream {sid}", _ENHANCE_YOUR_CALM)
+        if self._continuations > MAX_CONTINUATIONS:
+            raise _Violation(
+                f"a header block in more than {MAX_CONTINUATIONS} CONTINUATION frames on stream {sid}",
+                _ENHANCE_YOUR_CALM,
+            )
         if flags & _END_HEADERS:
             self._block = None
             self._header_block(sid, block[1], bytes(block[2]))
@@ -663,13 +687,17 @@ class _Connection(asyncio.Protocol):
         s = self.streams.get(sid)
         if s is None or s.ended or s.error is not None:
             if end_stream:
-                self._open.discard(sid)
-            return  # released by its reader, or reset: the block only kept the table in step
+                self._remote_ended(sid, s)
+            return  # released by its reader, or failed: the block only kept the table in step
         if not s.headers_received:
             status = next((v for k, v in headers if k == b":status"), b"")
-            if status.startswith(b"1") and not end_stream:
+            if status.startswith(b"1"):
+                if end_stream:
+                    self._stream_error(s, "an informational (1xx) response that ends the stream")
                 return  # an informational response (100 Continue): the response follows
             self._response(s, headers)
+            if s.error is not None:
+                return
         elif not end_stream:
             raise _Violation(f"trailers without the end of stream {sid}")
         if end_stream:
@@ -691,7 +719,7 @@ class _Connection(asyncio.Protocol):
             # once so that they do not hold the connection's window.
             self._give_back(flow)
             if flags & _END_STREAM:
-                self._open.discard(sid)
+                self._remote_ended(sid, s)
             return
         if not s.headers_received:
             raise _Violation(f"DATA before HEADERS on stream {sid}")
@@ -703,8 +731,10 @@ class _Connection(asyncio.Protocol):
             if pad + 1 > flow:
                 raise _Violation(f"a DATA frame's padding is longer than the frame on stream {sid}")
             start, end = start + 1, end - pad
-            s.unacked += pad + 1  # padding is never read: consumed on arrival
+            s.unacked += pad + 1  # padding is never read: consumed on arrival, and handed back
             self._unacked += pad + 1
+            if end == start:
+                self.consumed(s, 0)  # no data to read, whose reading would hand the padding back
         if end > start:
             s.chunks.append(buf[start:end])
             s.received += end - start
@@ -717,14 +747,30 @@ class _Connection(asyncio.Protocol):
         """The server ended `s` (END_STREAM on its HEADERS or DATA)."""
         self._check_length(s)
         s.ended = True
-        if s.local_closed:
-            self._open.discard(s.id)
+        self._remote_ended(s.id, s)
         self._wake_senders()
         s.wake()
+
+    def _remote_ended(self, sid: int, s: _Stream | None) -> None:
+        """END_STREAM came on `sid`: the stream no longer counts against the server's limit once
+        our side has ended too (a stream still sending is reset when its reader releases it)."""
+        if s is None or s.local_closed:
+            self._open.discard(sid)
+
+    def _stream_error(self, s: _Stream, why: str) -> None:
+        """The server's response on `s` is malformed: the stream fails with `why` and is reset
+        (PROTOCOL_ERROR); the connection's other streams go on."""
+        s.fail(Http2StreamError(f"HTTP/2: {why}"))
+        if s.id in self._open:
+            self._close_local(s, _PROTOCOL_ERROR)
+        self._wake_senders()
 
     def _settings(self, payload: bytes) -> None:
         if len(payload) % 6:
             raise _Violation(f"a SETTINGS frame of {len(payload)} bytes", _FRAME_SIZE_ERROR)
+        if not self._settings_seen:
+            self._settings_seen = True
+            self._max_streams = 1 << 31  # no limit unless these settings name one
         for i in range(0, len(payload), 6):
             code = int.from_bytes(payload[i : i + 2], "big")
             value = int.from_bytes(payload[i + 2 : i + 6], "big")
@@ -736,12 +782,14 @@ class _Connection(asyncio.Protocol):
                 delta, self._initial_window = value - self._initial_window, value
                 for s in self.streams.values():
                     s.send_window += delta
+                    if s.send_window > _MAX_WINDOW:
+                        raise _Violation(f"stream {s.id}'s window grew over 2^31-1 bytes", _FLOW_CONTROL_ERROR)
             elif code == _SETTINGS_MAX_FRAME_SIZE:
                 if not 1 << 14 <= value < 1 << 24:
                     raise _Violation(f"a maximum frame size of {value} bytes")
                 self._max_frame = value
-            elif code == _SETTINGS_ENABLE_PUSH and value > 1:
-                raise _Violation(f"ENABLE_PUSH set to {value}")
+            elif code == _SETTINGS_ENABLE_PUSH and value:
+                raise _Violation(f"ENABLE_PUSH set to {value} by a server")
             # HEADER_TABLE_SIZE: our requests never use the dynamic table (_hpack_field), so any
             # size the server's decoder keeps is fine; MAX_HEADER_LIST_SIZE: advisory; others: unknown.
         self._wake_senders()
@@ -774,25 +822,29 @@ class _Connection(asyncio.Protocol):
 
     # -- streams' events -----------------------------------------------------------------------
 
-    @staticmethod
-    def _check_length(s: _Stream) -> None:
+    def _check_length(self, s: _Stream) -> None:
         """The stream ended: its body must be as long as its Content-Length said."""
         if s.expected is not None and s.received != s.expected and not s.head and s.status not in (204, 304):
             s.fail(Http2StreamError(f"the response ended after {s.received} of its {s.expected} bytes"))
+            self._wake_senders()
 
     def _response(self, s: _Stream, headers: Any) -> None:
-        """The response's headers (name, value pairs, bytes or str) arrived on `s`."""
+        """The response's headers (name, value pairs as bytes) arrived on `s`."""
+        status = b""
         for k, v in headers:
-            key = k.decode() if isinstance(k, bytes) else k
-            val = v.decode(errors="replace") if isinstance(v, bytes) else v
-            if key == ":status":
-                s.status = int(val) if val.isdigit() else 0
+            if k == b":status":
+                status = v
             else:
-                s.headers[key] = val
-        if not s.status:
-            s.fail(Http2StreamError("a response without a valid :status"))
+                s.headers[k.decode(errors="replace")] = v.decode(errors="replace")
+        if not _STATUS.fullmatch(status):
+            self._stream_error(s, "a response without a valid :status")
+            return
+        s.status = int(status)
         length = s.headers.get("content-length", "")
-        s.expected = int(length) if length.isdigit() else None
+        if length and not _CONTENT_LENGTH.fullmatch(length):
+            self._stream_error(s, "a response whose Content-Length is not a number")
+            return
+        s.expected = int(length) if length else None
         s.headers_received = True
 
     def _reset(self, s: _Stream, code: int) -> None:
@@ -924,7 +976,7 @@ class _Connection(asyncio.Protocol):
     def consumed(self, s: _Stream, n: int) -> None:
         """The reader took `n` bytes: the server may send that much more, on this stream and on
         the connection, handed back in steps (STREAM_ACK_STEP, CONNECTION_ACK_STEP)."""
-        if s.closed or not n:
+        if s.closed:
             return
         s.unacked += n
         self._unacked += n
@@ -1021,6 +1073,17 @@ class _Connection(asyncio.Protocol):
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def abandon(self) -> None:
+        """Close a connection that carries no stream and can take none."""
+        if self.closed is None:
+            self.closed = Http2StreamError("the connection was closed: it could take no more streams")
+        if self.transport is not None and not self.transport.is_closing():
+            self._write(_goaway(0, _NO_ERROR))
+            self._send()
+            self.transport.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
     async def aclose(self) -> None:
         if self.closed is None:
             self.closed = Http2StreamError("the client was closed")
@@ -1064,7 +1127,7 @@ class Http2Client:
             raise ValueError(f"HTTP/2 needs an https:// server, not {server!r}")
         self.host = parts.hostname
         self.port = parts.port or 443
-        self.authority = parts.netloc
+        self.authority = parts.netloc.rpartition("@")[2]  # never a user:password the URL may carry
         self.base_path = parts.path.rstrip("/")  # a server behind a proxy path (https://host/k8s/c1)
         self.ssl_context = ssl_context
         self.server_hostname = server_hostname or parts.hostname
@@ -1104,8 +1167,14 @@ class Http2Client:
         while True:
             if self._closed:
                 raise Http2StreamError("the client was closed")
-            self.connections = [c for c in self.connections if c.streams or c.can_open()]
+            kept = []
             for c in self.connections:
+                if c.streams or c.can_open():
+                    kept.append(c)
+                else:
+                    c.abandon()  # closed, going away or full, with nothing left on it
+            self.connections = kept
+            for c in kept:
                 if c.can_open():
                     return c
             if self._connecting is None:
@@ -1116,10 +1185,22 @@ class Http2Client:
             finally:
                 if self._connecting is task and task.done():
                     self._connecting = None
-            if conn not in self.connections:
-                self.connections.append(conn)
             if self._closed:
                 await conn.aclose()
+                continue
+            if not conn.streams and not conn.can_open():
+                # Just made, and it takes no stream: the server closed it or sent GOAWAY at once,
+                # or allows no streams (MAX_CONCURRENT_STREAMS 0). Dialling again at once would
+                # only do the same, as fast as handshakes go.
+                why = conn.closed or (
+                    "the server closed it"
+                    if conn.transport is None or conn.transport.is_closing()
+                    else "it allows no streams (MAX_CONCURRENT_STREAMS 0)"
+                )
+                conn.abandon()
+                raise Http2StreamError(f"{self.authority} takes no request on a new connection: {why}")
+            if conn not in self.connections:
+                self.connections.append(conn)
 
     async def open(self) -> None:
         """Connect now (or raise NotHttp2): lets a caller learn the protocol before its first request."""
