@@ -573,15 +573,13 @@ async def test_a_goaway_while_the_body_waits_for_window_fails_the_request(
 
 # -- A server that writes raw frames: what h2, a correct server, will not send ---------------------
 
-_ENCODER = hpack.Encoder()
-
 
 def _frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
 
 
-def _headers(sid: int, fields: list[tuple[bytes, bytes]], end_stream: bool = False) -> bytes:
-    return _frame(0x1, 0x4 | (0x1 if end_stream else 0), sid, _ENCODER.encode(fields))
+def _headers(encoder: hpack.Encoder, sid: int, fields: list[tuple[bytes, bytes]], end_stream: bool = False) -> bytes:
+    return _frame(0x1, 0x4 | (0x1 if end_stream else 0), sid, encoder.encode(fields))
 
 
 class _RawProto(asyncio.Protocol):
@@ -593,6 +591,7 @@ class _RawProto(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.decoder = hpack.Decoder()
+        self.encoder = hpack.Encoder()  # the connection's: its table is the client's decoder's
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -614,7 +613,7 @@ class _RawProto(asyncio.Protocol):
                 self.write(_frame(0x4, 0x1, 0))
             elif kind == 0x1:  # the client's requests fit in one HEADERS frame
                 path = dict(self.decoder.decode(payload, raw=True))[b":path"].decode()
-                self.write(self.server.answer(sid, path))
+                self.write(self.server.answer(self.encoder, sid, path))
 
     def write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -623,7 +622,7 @@ class _RawProto(asyncio.Protocol):
 
 class RawServer:
     def __init__(self, answer: Any, settings: bytes = b"") -> None:
-        self.answer = answer  # (stream id, path) -> the bytes to write back
+        self.answer = answer  # (HPACK encoder, stream id, path) -> the bytes to write back
         self.settings = settings
         self.protos: list[_RawProto] = []
         self.frames: list[tuple[int, int]] = []  # (type, stream id) of every frame received
@@ -660,7 +659,7 @@ async def raw_server() -> AsyncIterator[Any]:
 async def test_a_server_that_takes_no_streams_is_an_error_not_a_storm_of_connections(raw_server: Any) -> None:
     # MAX_CONCURRENT_STREAMS 0 is allowed (RFC 9113 6.5.2); each new connection can take nothing.
     raw, client = await raw_server(
-        lambda sid, path: _frame(0x3, 0, sid, (7).to_bytes(4, "big")), b"\x00\x03" + bytes(4)
+        lambda encoder, sid, path: _frame(0x3, 0, sid, (7).to_bytes(4, "big")), b"\x00\x03" + bytes(4)
     )
     try:
         for _ in range(2):
@@ -683,10 +682,10 @@ async def test_a_malformed_response_fails_its_stream_and_the_connection_goes_on(
         "/ok": [(b":status", b"200")],
     }
 
-    def answer(sid: int, path: str) -> bytes:
+    def answer(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
         if path == "/informational-end":
-            return _headers(sid, answers[path], end_stream=True)
-        return _headers(sid, answers[path]) + _frame(0x0, 0x1, sid, b"body")
+            return _headers(encoder, sid, answers[path], end_stream=True)
+        return _headers(encoder, sid, answers[path]) + _frame(0x0, 0x1, sid, b"body")
 
     raw, client = await raw_server(answer)
     try:
@@ -709,9 +708,9 @@ async def test_a_malformed_response_fails_its_stream_and_the_connection_goes_on(
 async def test_a_malformed_answer_to_a_request_still_sending_its_body_resets_it(raw_server: Any) -> None:
     # The server answers before the body is all sent: the stream is reset, so that it stops
     # counting against the server's limit (1 here) and the next request can go on this connection.
-    def answer(sid: int, path: str) -> bytes:
+    def answer(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
         fields = [(b":status", b"200")] if path == "/ok" else [(b":status", b"x")]
-        return _headers(sid, fields, end_stream=True)
+        return _headers(encoder, sid, fields, end_stream=True)
 
     raw, client = await raw_server(answer, b"\x00\x03" + (1).to_bytes(4, "big"))
     try:
@@ -729,14 +728,36 @@ async def test_data_frames_of_padding_alone_are_handed_back(raw_server: Any) -> 
     # back without any read, or the server could send nothing more.
     window = http2_module.STREAM_WINDOW
 
-    def answer(sid: int, path: str) -> bytes:
+    def answer(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
         padding = _frame(0x0, 0x8, sid, bytes([255]) + bytes(255))  # 256 bytes of window, no data
-        return _headers(sid, [(b":status", b"200")]) + padding * (window // 256)
+        return _headers(encoder, sid, [(b":status", b"200")]) + padding * (window // 256)
 
     raw, client = await raw_server(answer)
     try:
         async with client.stream("GET", "/padding", timeout=5):
             await asyncio.wait_for(raw.stream_window_update.wait(), 5)
         assert (0x8, 1) in raw.frames
+    finally:
+        await client.close()
+
+
+async def test_header_blocks_of_table_references_mean_what_the_table_holds_now(raw_server: Any) -> None:
+    # A server repeats headers as references to its table; a new value moves the entries, after
+    # which the very same reference bytes name another value.
+    sent: list[bytes] = []
+
+    def answer(encoder: hpack.Encoder, sid: int, path: str) -> bytes:
+        block = encoder.encode([(b":status", b"200"), (b"x-generation", path[1:].encode())])
+        sent.append(block)
+        return _frame(0x1, 0x5, sid, block)
+
+    raw, client = await raw_server(answer)
+    try:
+        seen = []
+        for path in ("/1", "/1", "/2", "/2", "/1"):
+            async with client.stream("GET", path, timeout=5) as resp:
+                seen.append(resp.headers["x-generation"])
+        assert seen == ["1", "1", "2", "2", "1"]
+        assert sent[1] == sent[3]  # the same bytes, read as "1" then as "2"
     finally:
         await client.close()
