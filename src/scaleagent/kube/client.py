@@ -193,7 +193,10 @@ class KubeClient:
         if self._h2 is None:
             return
         log.debug("%s chose HTTP/1.1: its requests use HTTP/1.1 connections", self.server)
-        self._h2 = None
+        h2c, self._h2 = self._h2, None
+        closing = asyncio.ensure_future(h2c.close())  # any connection it still holds goes too
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
         self.credentials.ssl_context.set_alpn_protocols(["http/1.1"])
 
     async def close(self) -> None:

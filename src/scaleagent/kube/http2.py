@@ -1303,11 +1303,12 @@ class Http2Client:
 
     async def close(self) -> None:
         self._closed = True
-        if self._connecting is not None:
-            self._connecting.cancel()
-            with contextlib.suppress(BaseException):
-                conn = await self._connecting
-                await conn.aclose()
+        task = self._connecting
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])  # its cancellation stays its own; ours still reaches us
+            if not task.cancelled() and task.exception() is None:
+                await task.result().aclose()
         for c in self.connections:
             await c.aclose()
         self.connections = []
