@@ -761,3 +761,30 @@ async def test_header_blocks_of_table_references_mean_what_the_table_holds_now(r
         assert sent[1] == sent[3]  # the same bytes, read as "1" then as "2"
     finally:
         await client.close()
+
+
+async def test_closing_the_client_while_a_request_waits_for_its_dial_fails_the_request_with_why() -> None:
+    # Not a CancelledError, which would end a watch's task without a word.
+    client = Http2Client("https://127.0.0.1:1", ssl.create_default_context())
+    dialling = asyncio.Event()
+
+    async def slow_dial() -> Any:
+        dialling.set()
+        await asyncio.Event().wait()  # a handshake that never ends
+
+    client._connect = slow_dial  # type: ignore[method-assign]
+    request = asyncio.ensure_future(client.request("GET", "/watch"))
+    await asyncio.wait_for(dialling.wait(), 5)
+    await client.close()
+    with pytest.raises(Http2StreamError, match="the client was closed"):
+        await request
+
+
+async def test_a_client_whose_server_chose_http11_sends_late_requests_back_to_http11() -> None:
+    # A request that took the HTTP/2 client before the server answered HTTP/1.1 (it was refreshing
+    # its token, say) hears NotHttp2, on which KubeClient sends it over HTTP/1.1.
+    client = Http2Client("https://127.0.0.1:1", ssl.create_default_context())
+    client.http2 = False
+    with pytest.raises(http2_module.NotHttp2):
+        await client.request("GET", "/version")
+    await client.close()

@@ -154,6 +154,7 @@ class KubeClient:
         # after which the context offers http/1.1 only, so that aiohttp's connections can never be
         # answered in HTTP/2.
         self._h2: Http2Client | None = None
+        self._retired_h2: list[Http2Client] = []  # let go for HTTP/1.1 (_use_http11), closed by close()
         # LIST pages travel apart from the watches (see above), on connections shared by this
         # client's lists (one HTTP/2 connection, or an aiohttp pool), opened for a burst of lists
         # and closed `list_idle` seconds after its last list.
@@ -193,17 +194,18 @@ class KubeClient:
         if self._h2 is None:
             return
         log.debug("%s chose HTTP/1.1: its requests use HTTP/1.1 connections", self.server)
-        h2c, self._h2 = self._h2, None
-        closing = asyncio.ensure_future(h2c.close())  # any connection it still holds goes too
-        self._closing.add(closing)
-        closing.add_done_callback(self._closing.discard)
+        # Not closed now: requests that took it before may still be under way (or about to ask
+        # it for a connection, which it now answers with NotHttp2); closed with this client.
+        self._retired_h2.append(self._h2)
+        self._h2 = None
         self.credentials.ssl_context.set_alpn_protocols(["http/1.1"])
 
     async def close(self) -> None:
         if self._lists_timer is not None:
             self._lists_timer.cancel()
-        if self._h2 is not None:
-            await self._h2.close()
+        for h2c in [self._h2, *self._retired_h2]:
+            if h2c is not None:
+                await h2c.close()
         await self._close_lists()
         if self._closing:
             await asyncio.wait(self._closing)

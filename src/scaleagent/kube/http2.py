@@ -1183,6 +1183,8 @@ class Http2Client:
         while True:
             if self._closed:
                 raise Http2StreamError("the client was closed")
+            if self.http2 is False:  # a request that took this client before the server chose HTTP/1.1
+                raise NotHttp2(f"{self.authority} chose HTTP/1.1 in ALPN")
             kept = []
             for c in self.connections:
                 if c.streams or c.can_open():
@@ -1198,6 +1200,13 @@ class Http2Client:
             task = self._connecting
             try:
                 conn = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if task.cancelled() and current is not None and not current.cancelling():
+                    # The dial was cancelled by close(), not this request: say so, as an error
+                    # its callers handle (a CancelledError would end a watch's task silently).
+                    raise Http2StreamError("the client was closed") from None
+                raise
             finally:
                 if self._connecting is task and task.done():
                     self._connecting = None
