@@ -858,15 +858,20 @@ if _CSafeLoader is not None:
 def _read_yaml(source: str, text: str, fast: bool = False) -> dict[str, Any]:
     """The document as a mapping with string keys; everything else is a ConfigError.
 
-    `fast`: parse with libyaml where PyYAML has it; a document it refuses is read again by the
-    Python parser, whose messages (positions, never content) are the ones given."""
+    `fast`: parse with libyaml where PyYAML has it (as the hub reads kubeconfigs). libyaml follows
+    the YAML spec where PyYAML's Python parser is stricter (a tab as separation, `?` inside a flow
+    scalar), so a few documents are read here that a configuration file could not hold; a document
+    libyaml refuses is read again by the Python parser, whose messages (positions, never content)
+    are the ones given, except for a duplicate key, refused with libyaml's position."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; refusing to read it")
     data: Any = None
     if fast and _CSafeLoader is not None:
         try:
             data = yaml.load(text, Loader=_FastLoader)
-        except (yaml.YAMLError, RecursionError):
+        except _DuplicateKeyError as e:
+            raise ConfigError(_yaml_problem(source, text, e)) from None
+        except Exception:  # whatever libyaml refuses, the Python parser reads again and says why
             data = None
         else:
             if data is None:
@@ -883,6 +888,13 @@ def _read_yaml(source: str, text: str, fast: bool = False) -> dict[str, Any]:
         raise ConfigError(_yaml_problem(source, text, e)) from None
     except RecursionError:
         raise ConfigError(f"{source}: the document is nested too deeply") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as e:
+        # A scalar that cannot be the type YAML gives it (`2001-13-45` is a date, `!!int abc`):
+        # the constructor's own message may quote the value, which could be a credential.
+        raise ConfigError(
+            f"{source}: a value cannot be read as the type YAML gives it (a date, a number, an "
+            f"explicit !!tag): {type(e).__name__}; put it in quotes if it is a string"
+        ) from None
     return data
 
 

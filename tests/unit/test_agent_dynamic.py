@@ -142,3 +142,14 @@ async def test_a_kubeconfig_file_with_inline_certificates_writes_no_temporary_fi
     before = dict(kube_config._temp_files)
     creds = await load_credentials(kubeconfig=path)
     assert kube_config._temp_files == before and len(creds.ssl_context.get_ca_certs()) == 1
+
+
+@pytest.mark.parametrize(
+    "value", ["2001-13-45", "!!int abc", "!!timestamp nope", "9" * 5000], ids=["date", "int", "timestamp", "digits"]
+)
+def test_a_value_yaml_cannot_build_is_refused_without_showing_it(value):
+    # A date that is no date, an explicit tag on the wrong scalar: PyYAML's constructor raises
+    # ValueError and the like, which must not end the hub link (the reason names no value).
+    doc = yaml.safe_dump(kubeconfig()) + f"extra: {value}\n"
+    message = refusal("k", b64(doc.encode()), "", {})
+    assert "cannot be read as the type YAML gives it" in message and value not in message
