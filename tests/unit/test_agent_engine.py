@@ -245,3 +245,62 @@ def test_a_watch_event_older_than_where_the_watch_resumed_means_the_cluster_was_
         r._decode([older])
     r._resumed_from = None  # a watch from a fresh list, or versions that are not numbers: nothing to judge
     assert r._decode([older])[1] is None
+
+
+class _Descriptions:
+    """A sink that keeps the descriptions the engine sends the hub."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.arrived = asyncio.Event()
+
+    def describe(self, account) -> None:
+        self.sent.append(account)
+        self.arrived.set()
+
+    def removed(self, name: str) -> None:
+        pass
+
+    async def send(self, events) -> None:
+        pass
+
+
+async def test_watches_coming_up_reach_the_hub_together_and_never_after_a_stop(monkeypatch):
+    from types import SimpleNamespace
+
+    from scaleagent.agent import accounts
+    from scaleagent.agent.accounts import WATCHING, AccountRunner, EngineSettings, Watch
+
+    monkeypatch.setattr(accounts, "WATCHES_DESCRIBED_EVERY", 0.05)
+    config = SimpleNamespace(
+        name="acc",
+        namespaces=(),
+        omit_namespaces=(),
+        kinds=(),
+        omit_kinds=(),
+        custom_resource_definitions=(),
+        only_namespaced_resources=False,
+        context=None,
+        permissions={},
+    )
+    sink = _Descriptions()
+    runner = AccountRunner(config=config, settings=EngineSettings(), sink=sink, budget=Budget(4, 4))
+    tasks = []
+    for kind in (POD, DEPLOY, NODE):
+        tasks.append(asyncio.ensure_future(asyncio.Event().wait()))  # the watch's task, running
+        runner.watches[(kind, None)] = Watch(kind, None, SimpleNamespace(failures=0, relists=0), tasks[-1])
+    runner._set(accounts.SYNCING, "")  # a change of state: described at once
+    assert len(sink.sent) == 1 and len(sink.sent[0].kinds_not_watching) == 3
+    sink.arrived.clear()
+    for kind in (POD, DEPLOY, NODE):
+        runner._on_watch_state((kind, None), WATCHING, "")  # one after the other, as lists finish
+    assert len(sink.sent) == 1  # not yet: the changes wait to go together
+    await asyncio.wait_for(sink.arrived.wait(), 5)
+    assert len(sink.sent) == 2  # three changes, one description: the set as it stands
+    assert sink.sent[1].kinds_not_watching == []
+    assert sink.sent[1].kinds == sorted(k.qualified for k in (POD, DEPLOY, NODE))
+
+    runner._on_watch_state((POD, None), "backoff", "connection refused")  # another change is pending...
+    await runner.stop(quietly=True)  # ...when the account stops: it is never described
+    assert runner._describe_later is None and len(sink.sent) == 2
+    assert all(t.cancelled() for t in tasks)

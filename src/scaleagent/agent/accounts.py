@@ -157,15 +157,19 @@ class AccountRunner:
         the caller sets at once replaces it)."""
         if self._restarting is not None and self._restarting is not asyncio.current_task():
             self._restarting.cancel()  # stopped for good: a restart under way must not start it again
-        if self._task:
-            self._task.cancel()
-            await asyncio.wait([self._task])  # a cancellation of our caller still propagates
-        await self._stop_watches(list(self.watches))
-        await self._close_client()
-        self.budget.forget(self.name)
-        if self._describe_later is not None:
-            self._describe_later.cancel()
-            self._describe_later = None
+        try:
+            if self._task:
+                self._task.cancel()
+                await asyncio.wait([self._task])  # a cancellation of our caller still propagates
+            await self._stop_watches(list(self.watches))
+            await self._close_client()
+            self.budget.forget(self.name)
+        finally:
+            # Even when this stop is itself cancelled: a description after it would tell the hub
+            # of an account no longer followed.
+            if self._describe_later is not None:
+                self._describe_later.cancel()
+                self._describe_later = None
         if not quietly:
             self._set(STOPPED, "")
 
@@ -200,8 +204,6 @@ class AccountRunner:
 
     def _describe_watches_now(self) -> None:
         self._describe_later = None
-        if self.state == STOPPED:
-            return  # its last description was "stopped": another would register it again
         not_watching = {w.kind.qualified for w in self.watches.values() if w.state != WATCHING}
         if not_watching != self._not_watching_described:
             self.sink.describe(self.description())
