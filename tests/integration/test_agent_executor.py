@@ -88,6 +88,30 @@ async def test_one_waiting_for_a_slot_past_its_deadline_is_not_started(manager, 
     core.patch_namespaced_config_map(held, "default", {"metadata": {"finalizers": None}})
 
 
+async def test_an_operation_under_way_survives_its_account_starting_over(manager, kubesim):
+    # A resync (as after a hub replica failed) restarts the account: its connection must outlive
+    # the operation running on it, or the operation fails halfway with the transport's words.
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubesim.admin(1))))
+    held = f"held-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_config_map(
+        "default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=held, finalizers=["test/hold"]))
+    )
+    executor = OperationExecutor(manager)
+    deleting = asyncio.create_task(
+        executor.run(operation("deleteManifest", {"manifestName": f"configMap {held}", "location": "default"}, 30))
+    )
+    while executor.running == 0:
+        await asyncio.sleep(0.01)
+    runner = manager.runners["c1"]
+    before = runner._client
+    await manager.resync("c1")  # stops the account (its connection let go) and starts it again
+    assert runner._client is not before
+    core.patch_namespaced_config_map(held, "default", {"metadata": {"finalizers": None}})
+    result = await deleting
+    assert result.ok, result.error
+    assert before is not None and before not in runner._in_use and before._session.closed  # closed once it ended
+
+
 async def test_results_list_cache_expectations_only_for_what_the_agent_follows(manager):
     executor = OperationExecutor(manager)
     name = f"exp-{uuid.uuid4().hex[:6]}"

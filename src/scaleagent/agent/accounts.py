@@ -18,7 +18,7 @@ import logging
 import ssl
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,9 @@ class AccountRunner:
     discovery_failures: dict[str, str] = field(default_factory=dict)
     _aliases: dict[str, str] = field(default_factory=dict)  # kinds not followed: another delivers their objects
     _client: KubeClient | None = None
+    # Connections operations still run on (operating), and those of them the account let go.
+    _in_use: dict[KubeClient, int] = field(default_factory=dict)
+    _let_go: set[KubeClient] = field(default_factory=set)
     _operations: ClusterOperations | None = None
     _discovery_error: str = ""
     _task: asyncio.Task[None] | None = None
@@ -252,6 +255,25 @@ class AccountRunner:
             self._operations = ClusterOperations(client, ResourceMap(client))
         return self._operations
 
+    @contextlib.asynccontextmanager
+    async def operating(self) -> AsyncIterator[ClusterOperations]:
+        """`operations()` for the time of one operation: the connection it runs on stays open
+        until it ends, even when the account stops or starts over meanwhile (standing by for
+        another agent, a resync after a hub failover). An operation cut halfway by a restart
+        would leave a deploy half applied and fail with the transport's words."""
+        ops = self.operations()
+        client = ops.client
+        self._in_use[client] = self._in_use.get(client, 0) + 1
+        try:
+            yield ops
+        finally:
+            left = self._in_use.pop(client) - 1
+            if left:
+                self._in_use[client] = left
+            elif client in self._let_go:
+                self._let_go.discard(client)
+                await client.close()
+
     def follows(self, group: str, kind: str, namespace: str) -> bool:
         """Whether a change to such an object reaches the hub through this account's watches."""
         for k, ns in self.watches:
@@ -354,9 +376,13 @@ class AccountRunner:
         self._restarting = asyncio.get_running_loop().create_task(self.restart(), name=f"restart {self.name}")
 
     async def _close_client(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self._in_use.get(client):
+            self._let_go.add(client)  # closed when the last operation on it ends (operating)
+        else:
+            await client.close()
 
     async def _follow(self) -> None:
         """Discover periodically and keep one reflector per readable (kind, namespace)."""

@@ -315,7 +315,8 @@ class OperationExecutor:
                     acquired = True
                     self.running += 1
                     try:
-                        await runner.operations().run(op.type, request, out)
+                        async with runner.operating() as operations:
+                            await operations.run(op.type, request, out)
                     finally:
                         self.running -= 1
         except AccountUnavailable as e:
