@@ -304,3 +304,44 @@ async def test_watches_coming_up_reach_the_hub_together_and_never_after_a_stop(m
     await runner.stop(quietly=True)  # ...when the account stops: it is never described
     assert runner._describe_later is None and len(sink.sent) == 2
     assert all(t.cancelled() for t in tasks)
+
+
+async def test_a_connection_let_go_closes_after_its_last_operation_whatever_ends_it():
+    from types import SimpleNamespace
+
+    from scaleagent.agent.accounts import AccountRunner, EngineSettings
+
+    class Client:
+        """A connection whose close takes as long as the test says."""
+
+        def __init__(self) -> None:
+            self.closed = False
+            self.release = asyncio.Event()
+
+        async def close(self) -> None:
+            await self.release.wait()
+            self.closed = True
+
+    config = SimpleNamespace(name="acc")
+    runner = AccountRunner(config=config, settings=EngineSettings(), sink=_Descriptions(), budget=Budget(4, 4))
+    client = Client()
+    runner._client = client  # type: ignore[assignment]
+    runner._operations = SimpleNamespace(client=client)  # type: ignore[assignment]
+    running = asyncio.Event()
+
+    async def operation() -> None:
+        async with runner.operating():
+            running.set()
+            await asyncio.Event().wait()  # runs until its deadline cancels it
+
+    task = asyncio.ensure_future(operation())
+    await asyncio.wait_for(running.wait(), 5)
+    await runner._close_client()  # the account starts over: the connection is let go, not closed
+    assert runner._client is None and not client.closed
+    task.cancel()  # the operation's deadline
+    await asyncio.wait([task], timeout=5)
+    assert task.cancelled()  # at once, and its outcome is its own: the close is not its work
+    assert len(runner._closing) == 1 and not client.closed
+    client.release.set()
+    await runner.stop(quietly=True)  # waits for the connections being closed
+    assert client.closed and not runner._closing and not runner._in_use and not runner._let_go

@@ -128,6 +128,7 @@ class AccountRunner:
     # Connections operations still run on (operating), and those of them the account let go.
     _in_use: dict[KubeClient, int] = field(default_factory=dict)
     _let_go: set[KubeClient] = field(default_factory=set)
+    _closing: set[asyncio.Task[None]] = field(default_factory=set)  # let-go connections being closed
     _operations: ClusterOperations | None = None
     _discovery_error: str = ""
     _task: asyncio.Task[None] | None = None
@@ -173,6 +174,8 @@ class AccountRunner:
             if self._describe_later is not None:
                 self._describe_later.cancel()
                 self._describe_later = None
+        if self._closing:
+            await asyncio.wait(list(self._closing))  # connections let go by operations that ended
         if not quietly:
             self._set(STOPPED, "")
 
@@ -272,7 +275,19 @@ class AccountRunner:
                 self._in_use[client] = left
             elif client in self._let_go:
                 self._let_go.discard(client)
-                await client.close()
+                # Not awaited here: the operation's deadline or cancellation must neither cut the
+                # close short (the client would leak) nor turn into the operation's outcome.
+                self._close_later(client)
+
+    def _close_later(self, client: KubeClient) -> None:
+        task = asyncio.get_running_loop().create_task(client.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closed_one)
+
+    def _closed_one(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("account %s: closing a connection it let go failed: %s", self.name, task.exception())
 
     def follows(self, group: str, kind: str, namespace: str) -> bool:
         """Whether a change to such an object reaches the hub through this account's watches."""
@@ -376,13 +391,15 @@ class AccountRunner:
         self._restarting = asyncio.get_running_loop().create_task(self.restart(), name=f"restart {self.name}")
 
     async def _close_client(self) -> None:
-        client, self._client = self._client, None
+        client = self._client
         if client is None:
             return
         if self._in_use.get(client):
+            self._client = None
             self._let_go.add(client)  # closed when the last operation on it ends (operating)
-        else:
-            await client.close()
+            return
+        await client.close()  # cancelled halfway, the client stays here for the next stop to close
+        self._client = None
 
     async def _follow(self) -> None:
         """Discover periodically and keep one reflector per readable (kind, namespace)."""
