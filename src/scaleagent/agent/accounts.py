@@ -57,10 +57,10 @@ REQUEST_PARALLELISM = 2
 REQUEST_PARALLELISM_HTTP2 = 8
 # Consecutive failed attempts after which a watch makes its account report an error.
 FAILING_AFTER = 3
-# While an account's state stays the same, its watches' comings and goings reach the hub at most
-# this often (seconds): an account listing 51 kinds would otherwise describe itself 51 times in a
-# second, each a message the hub turns into a database write (most of the agent's and hub's work
-# while a hundred accounts were activated, beside the lists). A change of state goes at once.
+# While an account's state stays the same, its watches' comings and goings reach the hub together,
+# this many seconds after the first of them: an account listing 47 kinds would otherwise describe
+# itself 47 times in a few seconds, each a gRPC message the hub handles with a database lookup. A
+# change of state goes at once.
 WATCHES_DESCRIBED_EVERY = 2.0
 DYNAMIC_DISABLED = "this agent does not accept dynamic accounts (dynamicAccountsEnabled is false)"
 

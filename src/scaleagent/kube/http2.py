@@ -153,9 +153,6 @@ class _Violation(Exception):
         self.code = code
 
 
-_EMPTY_HEADER = b"\x00\x00\x00"  # a frame header's length field, for a frame without payload
-
-
 def _frame_length(buf: bytes | bytearray, pos: int) -> int:
     return int.from_bytes(buf[pos : pos + 3], "big")
 
@@ -176,16 +173,16 @@ def _frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
 
 
 def _window_update(sid: int, increment: int) -> bytes:
-    return b"\x00\x00\x04" + bytes((_WINDOW_UPDATE, 0)) + sid.to_bytes(4, "big") + increment.to_bytes(4, "big")
+    return _frame(_WINDOW_UPDATE, 0, sid, increment.to_bytes(4, "big"))
 
 
 def _ping(payload: bytes, flags: int) -> bytes:
     """A PING frame (flags: 0, or _ACK to answer one) with its 8 bytes of payload."""
-    return b"\x00\x00\x08" + bytes((_PING, flags)) + b"\x00\x00\x00\x00" + payload
+    return _frame(_PING, flags, 0, payload)
 
 
 def _rst_stream(sid: int, code: int) -> bytes:
-    return b"\x00\x00\x04" + bytes((_RST_STREAM, 0)) + sid.to_bytes(4, "big") + int(code).to_bytes(4, "big")
+    return _frame(_RST_STREAM, 0, sid, int(code).to_bytes(4, "big"))
 
 
 def _goaway(last: int, code: int) -> bytes:
