@@ -370,6 +370,26 @@ async def test_update_never_creates_a_row(store: Store) -> None:
     assert await store.list_accounts() == []
 
 
+async def test_update_accounts_skipping_conflicts_writes_the_others(store: Store) -> None:
+    """A batch of moves where one account moved on and one was deleted meanwhile: the rest move,
+    and only they are returned."""
+    await store.create_accounts(
+        {"a": {"source": "api", "state": "TO_MIGRATE"}, "b": {"source": "api", "state": "ACTIVE"}, "c": {}}
+    )
+    await store.update_account("c", state="TO_MIGRATE")
+    rows = await store.update_accounts(
+        {name: {"state": "ACTIVATING"} for name in ("c", "b", "gone", "a")},
+        expect_states={name: ["TO_MIGRATE"] for name in ("c", "b", "gone", "a")},
+        skip_conflicts=True,
+    )
+    assert [(r.name, r.state) for r in rows] == [("c", "ACTIVATING"), ("a", "ACTIVATING")]
+    assert [(a.name, a.state) for a in await store.list_accounts()] == [
+        ("a", "ACTIVATING"),
+        ("b", "ACTIVE"),
+        ("c", "ACTIVATING"),
+    ]
+
+
 async def test_concurrent_conditional_moves_only_one_wins(store: Store) -> None:
     """Two replicas moving the same account out of FAILED: exactly one succeeds."""
     await store.create_accounts({"f": {"source": "api", "state": "FAILED"}})

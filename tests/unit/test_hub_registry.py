@@ -365,7 +365,7 @@ async def test_account_changes_made_while_the_database_is_locked_land_newest_las
     store = await Store.open(f"sqlite:///{path}")
     registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
     registry.write_retry_seconds, registry.write_retry_max_seconds = 0.05, 0.2
-    said = Said("cannot record it in the database")
+    said = Said("cannot record them in the database")
     logger = logging.getLogger("scaleagent.hub.registry")
     logger.addHandler(said)
     level, logger.level = logger.level, logging.DEBUG  # each refused attempt, not only the first
@@ -413,6 +413,48 @@ async def test_a_write_the_database_refuses_for_good_is_logged_and_the_others_st
         assert "account huge: the database refused to record state='ACTIVE', agent_id='agent-1'" in caplog.text
         assert "kube_host is 5008 characters long" in caplog.text
         assert registry.write_retries == 0
+    finally:
+        await registry.stop()
+        await store.close()
+
+
+async def test_the_accounts_services_rows_described_together_are_written_together_and_one_refusal_stays_alone(
+    tmp_path, caplog
+):
+    """A hundred dynamic accounts described at once are recorded in a few transactions, not one
+    each; an account whose values the database refuses is logged and dropped, and the others of
+    its batch still land."""
+    from scaleagent.hub.store import Store
+
+    store = await Store.open(f"sqlite:///{tmp_path / 'hub.db'}")
+    names = [f"dyn-{i:03d}" for i in range(100)]
+    await store.create_accounts({name: {"source": "api", "state": "ACTIVATING"} for name in [*names, "huge"]})
+    registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
+    registry.managed.update([*names, "huge"])
+    transactions = 0
+    update_accounts = store.update_accounts
+
+    async def counted(*args, **kwargs):
+        nonlocal transactions
+        transactions += 1
+        return await update_accounts(*args, **kwargs)
+
+    store.update_accounts = counted  # type: ignore[method-assign]
+    await registry.start()
+    try:
+        agent = session(registry, "agent-1")
+        with caplog.at_level(logging.ERROR, logger="scaleagent.hub.registry"):
+            describe(registry, agent, "huge", {"api_host": "https://" + "h" * 5000, "fingerprint": "AA"})
+            for name in names:
+                describe(registry, agent, name, CLUSTER_B)
+            await registry.writes_done()
+        rows = {row.name: row for row in await store.list_accounts()}
+        assert {(rows[n].kube_host, rows[n].agent_id, rows[n].state) for n in names} == {
+            (CLUSTER_B["api_host"], "agent-1", "ACTIVATING")  # the identity recorded, the state left alone
+        }
+        assert rows["huge"].kube_host is None
+        assert "account huge: the database refused to record" in caplog.text
+        assert transactions < 25, f"{transactions} transactions for {len(names)} accounts"
     finally:
         await registry.stop()
         await store.close()
