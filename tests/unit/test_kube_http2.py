@@ -788,3 +788,20 @@ async def test_a_client_whose_server_chose_http11_sends_late_requests_back_to_ht
     with pytest.raises(http2_module.NotHttp2):
         await client.request("GET", "/version")
     await client.close()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"watch": "1", "allowWatchBookmarks": "true", "resourceVersion": "12345", "timeoutSeconds": "301"},
+        {"limit": "500", "continue": "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ=="},
+        {"labelSelector": "app=web,tier in (a,b)", "fieldSelector": "metadata.name!=x"},
+        {"labelSelector": "clé=été", "name": "a b&c=d"},
+        {"limit": 500, "watch": True},  # type: ignore[dict-item]
+        {"a_b.c~d-e": "A-Z_0.9~"},
+    ],
+)
+def test_the_query_string_is_what_urlencode_makes(params: dict[str, str]) -> None:
+    from urllib.parse import urlencode
+
+    assert http2_module._query(params) == urlencode(params)

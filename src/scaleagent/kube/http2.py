@@ -276,6 +276,20 @@ class StreamRefused(Http2StreamError):
     """The server did not process the stream (GOAWAY past it, REFUSED_STREAM): safe to resend."""
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _query(params: Mapping[str, str]) -> str:
+    """`urlencode(params)`, four times faster for what a watch or a LIST page sends (`watch=1`,
+    `resourceVersion=123`, `limit=500`: nothing to quote), which is every request of an agent."""
+    parts = []
+    for key, value in params.items():
+        if type(key) is not str or type(value) is not str or not _UNRESERVED.fullmatch(key + value):
+            return urlencode(params)
+        parts.append(f"{key}={value}")
+    return "&".join(parts)
+
+
 def alpn_context(ctx: ssl.SSLContext) -> ssl.SSLContext:
     """Offer h2 then http/1.1 on `ctx` (in place) and return it.
 
@@ -1257,7 +1271,7 @@ class Http2Client:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout if timeout is not None else None
-        full = self.base_path + path + ("?" + urlencode(params) if params else "")
+        full = self.base_path + path + ("?" + _query(params) if params else "")
         hdrs = {
             "user-agent": USER_AGENT,
             "accept-encoding": ACCEPT_ENCODING,
