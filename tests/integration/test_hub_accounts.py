@@ -681,3 +681,36 @@ async def test_an_account_deleted_while_its_agent_was_away_is_stopped_when_it_re
 
 async def _true_if(value: bool) -> bool:
     return value
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_a_database_busy_while_a_migration_stores_its_kubeconfigs_fails_no_account(
+    db_url: str, kubesim: Any, tmp_path: Path
+) -> None:
+    """The kubeconfig snapshots of accounts migrated together are one write. A database that
+    cannot take it now (locked, say) must not fail them all: the migration runs again."""
+    from scaleagent.hub.store import StoreUnavailable
+
+    hub = await accounts_hub(db_url, kubesim.admin(0), generate_key()).start()
+    try:
+        hub.agent("agent-0")
+        path = tmp_path / "kc.yml"
+        path.write_bytes(kubesim.admin(1).read_bytes())
+        names = ["a", "b", "c"]
+        await hub.call("POST", "/armory/accounts", [{"name": n, "kubeconfigFile": str(path)} for n in names])
+        update_accounts, refused = hub.store.update_accounts, []
+
+        async def locked_once(updates: dict[str, Any], **kwargs: Any) -> Any:
+            if not refused and any("kubeconfig_encrypted" in fields for fields in updates.values()):
+                refused.append(sorted(updates))
+                raise StoreUnavailable("update_accounts on the test database: database is locked")
+            return await update_accounts(updates, **kwargs)
+
+        hub.store.update_accounts = locked_once  # type: ignore[method-assign]
+        status, _ = await hub.call("PATCH", "/armory/accounts", [{"name": n, "state": "ACTIVE"} for n in names])
+        assert status == 202
+        rows = [await hub.until(n, lambda r: r.state in ("ACTIVE", "FAILED"), "settled") for n in names]
+        assert refused == [names]
+        assert [(r.name, r.state, r.failed_count) for r in rows] == [(n, "ACTIVE", 0) for n in names]
+    finally:
+        await hub.stop()

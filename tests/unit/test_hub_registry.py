@@ -458,3 +458,36 @@ async def test_the_accounts_services_rows_described_together_are_written_togethe
     finally:
         await registry.stop()
         await store.close()
+
+
+async def test_an_account_given_up_while_its_refused_batch_is_halved_is_not_written(tmp_path):
+    """Its state is then the other replica's to write: a write of ours would put back this
+    replica's agent over the holder's."""
+    from scaleagent.hub.store import Store, StoreError
+
+    store = await Store.open(f"sqlite:///{tmp_path / 'hub.db'}")
+    names = [f"d{i}" for i in range(4)]
+    await store.create_accounts({n: {"source": "api", "state": "ACTIVATING"} for n in names})
+    registry = Registry(Cache(), grace_seconds=60, replica="r", store=store)
+    registry.managed.update(names)
+    update_accounts, calls = store.update_accounts, []
+
+    async def refused_once(updates, **kwargs):
+        calls.append(sorted(updates))
+        if len(calls) == 1:
+            registry.give_up("d3", "another replica's agent streams it")  # while the batch is in flight
+            raise StoreError("refused")
+        return await update_accounts(updates, **kwargs)
+
+    store.update_accounts = refused_once  # type: ignore[method-assign]
+    await registry.start()
+    try:
+        agent = session(registry, "agent-1")
+        for n in names:
+            describe(registry, agent, n, CLUSTER_B)
+        await registry.writes_done()
+        rows = {row.name: row for row in await store.list_accounts()}
+        assert [rows[n].kube_host for n in names] == [CLUSTER_B["api_host"]] * 3 + [None]
+    finally:
+        await registry.stop()
+        await store.close()

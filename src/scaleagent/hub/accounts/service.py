@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...kube.reflector import Backoff
 from ...protocol.states import AgentAccountState as A
 from ..states import TRANSIENT, AccountState, TransitionError, check_transition
-from ..store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError
+from ..store import AccountExists, AccountNotFound, AccountRow, StateConflict, Store, StoreError, StoreTransient
 from .errors import Conflict, DecryptionError, EncryptionKeyError, InvalidRequest, KubeconfigRefError, UnknownAccounts
 from .kubeconfig_refs import KubeconfigResolver
 from .models import SETTINGS, AccountChange, AccountIn, check_account_name, check_settings
@@ -582,18 +582,32 @@ class AccountsService:
 
     async def _store_snapshots(self, snapshots: dict[str, dict[str, Any]], specs: dict[str, Any]) -> None:
         """Store the resolved kubeconfigs of accounts being migrated, in one transaction. An
-        account no longer TO_MIGRATE (moved on or deleted meanwhile) is not sent: it leaves `specs`."""
+        account no longer TO_MIGRATE (moved on or deleted meanwhile) is not sent: it leaves `specs`.
+
+        A database that cannot take the write now (StoreTransient) fails none of them: the error
+        goes up to `_retrying`, which runs the migration again (the rows are still TO_MIGRATE). A
+        refusal that would come again is looked for account by account, and fails only the one
+        refused."""
         if not snapshots:
             return
         try:
             stored = await self.store.update_accounts(
                 snapshots, expect_states={name: [S.TO_MIGRATE] for name in snapshots}, skip_conflicts=True
             )
-        except StoreError as e:
-            for name in snapshots:
-                specs.pop(name, None)
-                await self._fail(name, [S.TO_MIGRATE], str(e))
-            return
+        except StoreTransient:
+            raise
+        except StoreError:
+            stored = []
+            for name, fields in snapshots.items():
+                try:
+                    stored.append(await self.store.update_account(name, expect_states=[S.TO_MIGRATE], **fields))
+                except (StateConflict, AccountNotFound):
+                    pass
+                except StoreTransient:
+                    raise
+                except StoreError as e:
+                    specs.pop(name, None)
+                    await self._fail(name, [S.TO_MIGRATE], str(e))
         for name in snapshots.keys() - {row.name for row in stored}:
             log.debug("account %s: not migrated: it left TO_MIGRATE meanwhile", name)
             specs.pop(name, None)

@@ -153,6 +153,11 @@ class AccountRecord:
         )
 
 
+# At most this many accounts' writes in one transaction: a lock on one row held by someone else
+# then holds back this many writes, not every pending one.
+WRITE_BATCH = 100
+
+
 @dataclass
 class _Write:
     """What is still to be recorded of one account: the newest values of the fields written, and
@@ -348,7 +353,7 @@ class Registry:
         name = next(iter(self._pending))
         batch = {name: self._pending.pop(name)}
         if self._updates_only(name, batch[name]):
-            for other in [n for n, w in self._pending.items() if self._updates_only(n, w)]:
+            for other in [n for n, w in self._pending.items() if self._updates_only(n, w)][: WRITE_BATCH - 1]:
                 batch[other] = self._pending.pop(other)
         return batch
 
@@ -361,6 +366,9 @@ class Registry:
         logged and dropped for the account refused only: a batch refused is halved until the
         refusal is one account's, so one account's bad values do not keep the others out."""
         assert self.store is not None
+        # Given up to another replica while its batch waited (a batch halved, say): its state is
+        # now that replica's to write.
+        batch = {name: write for name, write in batch.items() if name not in self._given_up}
         if len(batch) > 1:
             try:
                 # An account deleted through the API meanwhile is skipped: nothing to record.

@@ -112,7 +112,9 @@ class AccountRow:
 
     @classmethod
     def _from_model(cls, row: Any) -> AccountRow:
-        """From an `Account` or a row of `_ACCOUNT_COLUMNS`: both name their values alike."""
+        """From an `Account` or a row of `_ACCOUNT_COLUMNS`: both name their values alike. (A
+        column named as one of a Row's own attributes, `count` or `index` say, would need
+        `row._mapping` here.)"""
         return cls(
             id=row.id,
             name=row.name,
@@ -419,8 +421,8 @@ class Store:
         expect_states: Mapping[str, Collection[str]] | None = None,
         skip_conflicts: bool = False,
     ) -> list[AccountRow]:
-        """Update existing accounts ({name: fields}) in one transaction, all or none; return them
-        as stored, in the order given.
+        """Update existing accounts ({name: fields}) in one transaction, all or none (but see
+        `skip_conflicts`); return them as stored, in the order given.
 
         `expect_states` makes an update conditional: {name: states} means "only if the account
         is in one of these states now", checked with the row locked (SELECT ... FOR UPDATE; on
