@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, median
+from common import cpu_seconds, machine, median, stolen_seconds
 from processes import Agent, Hub, Proc, make_pki
 
 
@@ -64,12 +64,6 @@ class _Hub(Hub):
         Proc.__init__(self, ["hub", "--config", str(config)])
         m = self.wait_line(r"gRPC on \S+:(\d+), HTTP on (http://\S+)")
         self.grpc_port, self.url = int(m.group(1)), m.group(2)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far: on a shared machine, a steadier figure than wall time."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_round(
@@ -145,8 +139,10 @@ def main() -> None:
                         pids[name] = int((directory / f"{name}.pid").read_text())
             for n in args.accounts:
                 before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                stolen = stolen_seconds()
                 rounds = [one_round(hub, kubeconfigs, n, args.kinds, f"{n}x{r}", args.poll) for r in range(args.rounds)]
                 cpu = {name: (cpu_seconds(pid) - before[name]) / args.rounds for name, pid in pids.items()}
+                stolen = (stolen_seconds() - stolen) / args.rounds
                 totals = [r[1] for r in rounds]
                 answers = [r[0] for r in rounds]
                 firsts = [r[2][0] for r in rounds]
@@ -159,6 +155,7 @@ def main() -> None:
                 print(
                     "        CPU per round (includes the deletion): "
                     + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in cpu.items())
+                    + f"; stolen by the hypervisor {stolen:.1f} s"
                 )
         finally:
             for proc in (agent, hub, kubesim):

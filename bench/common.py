@@ -65,6 +65,14 @@ def machine_busy() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick
 
 
+def stolen_seconds() -> float:
+    """CPU seconds the hypervisor gave other guests while this machine's vCPUs wanted to run
+    (`steal` in /proc/stat), all cores, so far. On a shared host it varies from run to run, and
+    a run that lost seconds to it is slower for no reason of its own."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far, from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
