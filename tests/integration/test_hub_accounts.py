@@ -251,7 +251,8 @@ async def test_an_invalid_patch_changes_nothing(hub: AccountsHub) -> None:
     assert await hub.accounts.list_accounts() == before
 
     await hub.call("PATCH", "/armory/accounts", [{"name": "busy", "state": "ACTIVE"}])
-    await hub.state("busy", "ACTIVATING")
+    # ACTIVATING, and the agent that took it recorded: the migration's own writes are done.
+    await hub.until("busy", lambda r: r.state == "ACTIVATING" and r.agent_id == "agent-0", "taken by agent-0")
     before = await hub.accounts.list_accounts()
     status, answer = await hub.call(
         "PATCH", "/armory/accounts", [{"name": "a", "zoneId": "z"}, {"name": "busy", "state": "ACTIVE"}]
