@@ -1055,13 +1055,8 @@ class AccountsService:
         not (someone else moved it first) or is gone."""
         for state in from_states:
             check_transition(name, state, to_state)
-        try:
-            row = await self.store.update_account(name, expect_states=from_states, state=to_state, **fields)
-        except (StateConflict, AccountNotFound) as e:
-            log.debug("account %s: not moved to %s: %s", name, to_state, e)
-            return None
-        self._notify()
-        return row
+        rows = await self._store_all([name], from_states, state=to_state, **fields)
+        return rows[0] if rows else None
 
     async def _move_all(self, names: list[str], from_states: list[str], to_state: AccountState) -> list[str]:
         """`_move` for several accounts, in one transaction; returns those moved, in order."""

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 from ...kube.reflector import Backoff
@@ -353,7 +354,8 @@ class Registry:
         name = next(iter(self._pending))
         batch = {name: self._pending.pop(name)}
         if self._updates_only(name, batch[name]):
-            for other in [n for n, w in self._pending.items() if self._updates_only(n, w)][: WRITE_BATCH - 1]:
+            others = list(islice((n for n, w in self._pending.items() if self._updates_only(n, w)), WRITE_BATCH - 1))
+            for other in others:
                 batch[other] = self._pending.pop(other)
         return batch
 
