@@ -55,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
 
 async def _serve(config, path: Path, print_events: bool, no_hub: bool) -> int:
     from .link import HubLink
-    from .memory import tune_allocator
+    from .memory import tune_agent_allocator
     from .service import Agent, StartError, link_settings
     from .sinks import CountingSink, PrintSink
 
-    tune_allocator()
+    tune_agent_allocator()
     # What is imported by now lives as long as the process: out of the garbage collector's sight,
     # its full collections (which a burst of new objects brings on) do not walk it each time; and
     # collections less often than every 700 new objects (CPython's default), as the hub does.
