@@ -79,6 +79,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def minor_faults(pid: int) -> int:
+    """Minor page faults a process has taken so far (/proc/<pid>/stat): each maps a page it had
+    not touched, zeroed by the kernel first."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
 def percentiles(xs: list[float], *ps: float) -> list[float]:
     """Nearest-rank percentiles (0 < p <= 100) of xs."""
     s = sorted(xs)
