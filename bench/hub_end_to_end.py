@@ -45,7 +45,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import cpu_seconds, machine, median, run, start_seeded_kubesim
+from common import cpu_seconds, machine, median, minor_faults, run, start_seeded_kubesim
 from processes import Agent, Hub, get_json, make_pki
 
 PAGE = 500  # the agent's default kubernetes.pageSize
@@ -134,6 +134,7 @@ def agent_and_hub(tmp: Path, pki: dict, kubeconfig: str, n: int, i: int, omit: s
     }
     try:
         cpu0 = {"hub": cpu_seconds(hub.pid), "kubesim": cpu_seconds(kubesim)}
+        hub_faults0 = minor_faults(hub.pid)
         start, wall = time.monotonic(), time.time()
         agent = Agent(tmp, hub, pki, [account], name=f"agent-{i}")
         first = None
@@ -155,6 +156,7 @@ def agent_and_hub(tmp: Path, pki: dict, kubeconfig: str, n: int, i: int, omit: s
             "hub": cpu_seconds(hub.pid) - cpu0["hub"],
             "kubesim": cpu_seconds(kubesim) - cpu0["kubesim"],
         }
+        faults = {"agent": minor_faults(agent.pid), "hub": minor_faults(hub.pid) - hub_faults0}
         health_url, health_at = agent.wait_line_at(r"health on (http://\S+/health)")
         link = get_json(health_url.group(1))["hub"]
         events = next(a["events"] for a in get_json(f"{hub.url}/armory/agents"))
@@ -165,6 +167,7 @@ def agent_and_hub(tmp: Path, pki: dict, kubeconfig: str, n: int, i: int, omit: s
             "first": first - start,
             "events": events,
             **{f"cpu {k}": v for k, v in cpu.items()},
+            **{f"faults {k}": v for k, v in faults.items()},
         }
     finally:
         if agent is not None:
@@ -260,6 +263,8 @@ async def main() -> None:
     print(
         f"  {'':18s} CPU seconds: "
         + ", ".join(f"{k[4:]} {median([r[k] for r in e2e]):.2f}" for k in ("cpu agent", "cpu hub", "cpu kubesim"))
+        + "; page faults: "
+        + ", ".join(f"{k[7:]} {int(median([r[k] for r in e2e])):,}" for k in ("faults agent", "faults hub"))
     )
     bound = line("decode-only", [t for t, _ in pooled], f"LIST pages of {PAGE} + orjson.loads, on one connection")
     print(
