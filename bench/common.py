@@ -80,8 +80,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def minor_faults(pid: int) -> int:
-    """Minor page faults a process has taken so far (/proc/<pid>/stat): each maps a page it had
-    not touched, zeroed by the kernel first."""
+    """Minor page faults a process has taken so far (/proc/<pid>/stat): mostly pages of
+    anonymous memory touched for the first time since they were mapped, each zeroed by the
+    kernel first (file pages and copies on write count too)."""
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
 
 

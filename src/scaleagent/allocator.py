@@ -8,13 +8,24 @@ threshold that follows the largest block freed, so the hub gave back the buffers
 and faulted fresh, zeroed pages in for the next: two to three times as many page faults as its
 cache's growth needs, and 10% of its CPU while ingesting (bench/hub_ingest_grpc.py). On other C
 libraries every function here does nothing and says so.
+
+An operator who sets glibc's allocator up through the environment (`MALLOC_TRIM_THRESHOLD_` and
+the like, or `glibc.malloc.*` in `GLIBC_TUNABLES`) is obeyed: `tune_unless_set` then leaves it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
+import os
+from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger("scaleagent.allocator")
+
+# The variables through which glibc reads the thresholds (mallopt(3)).
+THRESHOLD_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 # mallopt's parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -45,6 +56,32 @@ def tune_allocator(*, mmap_threshold: int, trim_threshold: int | None = None) ->
     if trim_threshold is not None:
         done = bool(_LIBC.mallopt(M_TRIM_THRESHOLD, trim_threshold)) and done
     return done
+
+
+def set_in_environment(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The variables of `environ` that set glibc's allocator thresholds."""
+    names = [name for name in THRESHOLD_VARIABLES if name in environ]
+    if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
+        names.append("GLIBC_TUNABLES")
+    return names
+
+
+def tune_unless_set(process: str, *, mmap_threshold: int, trim_threshold: int | None = None) -> bool:
+    """`tune_allocator`, unless the environment sets the thresholds; says in the log what it did."""
+    chosen = set_in_environment()
+    if chosen:
+        log.info("%s: glibc's allocator is left as %s set it", process, " and ".join(chosen))
+        return False
+    if not tune_allocator(mmap_threshold=mmap_threshold, trim_threshold=trim_threshold):
+        log.info("%s: the C library's allocator cannot be tuned here (not glibc); its defaults apply", process)
+        return False
+    log.debug(
+        "%s: glibc's allocator maps blocks from %d bytes%s",
+        process,
+        mmap_threshold,
+        f" and keeps up to {trim_threshold} bytes free at a heap's top" if trim_threshold is not None else "",
+    )
+    return True
 
 
 def release_free_memory() -> bool:

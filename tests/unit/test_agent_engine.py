@@ -168,26 +168,6 @@ def test_event_lines_embed_the_object_bytes():
     assert "object" not in orjson.loads(event_json(marker))
 
 
-def test_memory_can_be_handed_back_on_this_platform():
-    import platform
-
-    from scaleagent.agent.memory import release_free_memory, tune_agent_allocator
-    from scaleagent.hub.command import MMAP_THRESHOLD, TRIM_THRESHOLD
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("malloc_trim and mallopt are glibc's")
-    assert tune_agent_allocator() is True
-    assert release_free_memory() is True
-    # The hub's thresholds are within what glibc accepts (mallopt refuses an mmap threshold
-    # above 32 MiB, and then the hub would run with the defaults).
-    from scaleagent.allocator import tune_allocator
-
-    try:
-        assert tune_allocator(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD) is True
-    finally:  # this test process goes on with the agent's settings and glibc's default trim
-        tune_allocator(mmap_threshold=128 * 1024, trim_threshold=128 * 1024)
-
-
 async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
     from scaleagent.kube.concurrency import all_or_first_error
     from scaleagent.kube.errors import ConnectionFailed

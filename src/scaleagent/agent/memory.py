@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..allocator import release_free_memory, tune_allocator
+from ..allocator import release_free_memory, tune_unless_set
 
 log = logging.getLogger("scaleagent.agent.memory")
 
@@ -25,8 +25,9 @@ MMAP_THRESHOLD = 128 * 1024
 
 
 def tune_agent_allocator() -> bool:
-    """Keep large blocks mapped freshly (see MMAP_THRESHOLD); False where glibc is not used."""
-    return tune_allocator(mmap_threshold=MMAP_THRESHOLD)
+    """Keep large blocks mapped freshly (see MMAP_THRESHOLD); False where glibc is not used, or
+    where the environment sets its thresholds."""
+    return tune_unless_set("agent", mmap_threshold=MMAP_THRESHOLD)
 
 
 class Releaser:

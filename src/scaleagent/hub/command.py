@@ -12,7 +12,7 @@ from pathlib import Path
 log = logging.getLogger("scaleagent.hub")
 
 # glibc's thresholds for the hub (see scaleagent.allocator): blocks under 4 MiB (an agent's batch
-# is 1-2 MiB) come from the heap, and up to 64 MiB of freed memory stays there for the next batches
+# is typically 1-2 MiB) come from the heap, and up to 64 MiB of freed memory stays there for the next batches
 # instead of going back to the system and being faulted in again. Measured with
 # bench/hub_ingest_grpc.py: page faults a third of the default's, 8-13% less CPU per event, 30 MB
 # more resident after 300,000 objects (4%).
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # Alembic logs each plugin it sets up as it is imported (with the store, below): every start.
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    from ..allocator import tune_allocator
+    from ..allocator import tune_unless_set
     from ..configfile import ConfigError
     from .config import load_hub_config
 
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"scale-agent hub: {e}", file=sys.stderr)
         return 2
     overrides = {"grpc_port": args.grpc_port, "http_port": args.http_port, "database_url": args.db}
-    tune_allocator(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
+    tune_unless_set("hub", mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
     return asyncio.run(serve(config, args.config, overrides))
 
 
