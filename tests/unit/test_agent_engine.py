@@ -295,6 +295,59 @@ async def test_watches_coming_up_reach_the_hub_together_and_never_after_a_stop(m
     assert all(t.cancelled() for t in tasks)
 
 
+async def test_the_accounts_state_follows_its_watches_reports_through_failures_and_stops():
+    from types import SimpleNamespace
+
+    from scaleagent.agent import accounts
+    from scaleagent.agent.accounts import WATCHING, AccountRunner, EngineSettings, Watch
+
+    config = SimpleNamespace(name="acc")
+    runner = AccountRunner(config=config, settings=EngineSettings(), sink=_Descriptions(), budget=Budget(4, 4))
+    runner.description = lambda: None  # type: ignore[method-assign]  # what the hub is told is not this test's
+
+    class Client:
+        def lists_done(self) -> None:
+            pass
+
+        async def close(self) -> None:
+            pass
+
+    runner._client = Client()  # type: ignore[assignment]
+    reflectors = {}
+    for kind in (POD, DEPLOY, NODE):
+        reflectors[kind] = SimpleNamespace(failures=0, relists=0)
+        task = asyncio.ensure_future(asyncio.Event().wait())
+        runner.watches[(kind, None)] = Watch(kind, None, reflectors[kind], task)
+
+    def report(kind, state, reason="", failures=None):
+        if failures is not None:
+            reflectors[kind].failures = failures
+        runner._on_watch_state((kind, None), state, reason)
+        return runner.state, runner.reason
+
+    assert report(POD, WATCHING)[0] == accounts.SYNCING
+    assert report(DEPLOY, WATCHING)[0] == accounts.SYNCING
+    assert report(NODE, WATCHING) == (WATCHING, "")
+    # One failure: established again; the third in a row: the account is in error, named.
+    assert report(DEPLOY, "backoff", "connection refused", failures=1) == (
+        accounts.SYNCING,
+        "watches are being established again after a failure",
+    )
+    assert report(DEPLOY, "listing", failures=1)[0] == accounts.SYNCING
+    assert report(DEPLOY, "backoff", "connection refused", failures=3) == (
+        accounts.ERROR,
+        "watch of Deployment.apps keeps failing: connection refused",
+    )
+    assert report(DEPLOY, WATCHING, failures=0) == (WATCHING, "")
+    # A watch that fails and is then stopped (its kind no longer followed) leaves no trace.
+    assert report(POD, "backoff", "timeout", failures=3)[0] == accounts.ERROR
+    await runner._stop_watches([(POD, None)])
+    runner._update_state()
+    assert (runner.state, runner.reason) == (WATCHING, "")
+    assert report(NODE, "backoff", "timeout", failures=1)[0] == accounts.SYNCING
+    await runner.stop(quietly=True)
+
+
 async def test_a_connection_let_go_closes_after_its_last_operation_whatever_ends_it():
     from types import SimpleNamespace
 
