@@ -125,7 +125,8 @@ class AccountRunner:
     # and a scan of every watch there made an account's start quadratic in its watches (50 kinds
     # in 100 namespaces are 5,000 watches, each reporting at least twice on the way up).
     _watching: set[tuple[KindInfo, str | None]] = field(default_factory=set)
-    _troubled: set[tuple[KindInfo, str | None]] = field(default_factory=set)
+    # (a dict: in the order they backed off, so that the reason named among several is always the same)
+    _troubled: dict[tuple[KindInfo, str | None], None] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     unmatched: list[str] = field(default_factory=list)
     discovery_failures: dict[str, str] = field(default_factory=dict)
@@ -581,11 +582,11 @@ class AccountRunner:
             watch.state, watch.reason = state, reason
             if state == WATCHING:
                 self._watching.add(key)
-                self._troubled.discard(key)
+                self._troubled.pop(key, None)
             else:
                 self._watching.discard(key)
             if state == "backoff":
-                self._troubled.add(key)
+                self._troubled[key] = None
                 self.retries.retrying(watch.label, reason)
             elif state == WATCHING:
                 self.retries.recovered(watch.label)
@@ -594,7 +595,7 @@ class AccountRunner:
 
     def _drop_watch(self, key: tuple[KindInfo, str | None]) -> Watch | None:
         self._watching.discard(key)
-        self._troubled.discard(key)
+        self._troubled.pop(key, None)
         return self.watches.pop(key, None)
 
     @property
