@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import orjson
 import pytest
@@ -14,7 +15,7 @@ from scaleagent.kube.events import ObjectEvent
 from scaleagent.kube.selectors import parse_label_selector
 from scaleagent.protocol import EVENT_TYPE_NAMES
 from scaleagent.protocol.v1 import agent_pb2 as pb
-from scaleagent.protocol.wire import PackedMessage
+from scaleagent.protocol.wire import PackedBatch, PackedMessage, read_packed_batch
 
 GROUPS = {"Pod": "", "ConfigMap": "", "Event": "", "Deployment": "apps"}
 
@@ -641,10 +642,19 @@ def as_packed(events: list[pb.Event]) -> pb.EventBatch:
     return m.message(1).events
 
 
-@pytest.mark.parametrize("form", ["events", "packed"])
+def in_place(batch: pb.EventBatch) -> PackedBatch:
+    """The batch as the hub reads it from the wire (protocol.wire.read_packed_batch)."""
+    read = read_packed_batch(pb.CachingMessage(events=batch).SerializeToString())
+    assert read is not None
+    return read
+
+
+@pytest.mark.parametrize("form", ["events", "packed", "in place"])
 def test_a_batch_of_several_accounts_applies_those_accepted_and_collects_their_stamps(form):
     events = several_accounts()
-    batch = pb.EventBatch(sequence=1, events=events) if form == "events" else as_packed(events)
+    batch: Any = pb.EventBatch(sequence=1, events=events) if form == "events" else as_packed(events)
+    if form == "in place":
+        batch = in_place(batch)
     c = Cache()
     stamps: list[int] = []
     done = c.apply_batch(batch, accepted={"a", "b"}, stamps=stamps)
@@ -660,6 +670,8 @@ def test_a_packed_batch_that_cannot_be_read_is_refused_whole():
     short.packed.objects = short.packed.objects[:-1]
     with pytest.raises(ValueError, match="not what its index says"):
         c.apply_batch(short, accepted={"a", "b"}, stamps=[])
+    with pytest.raises(ValueError, match="not what its index says"):
+        c.apply_batch(in_place(short), accepted={"a", "b"}, stamps=[])
     garbled = as_packed(several_accounts())
     garbled.packed.index = b"\x91\x93\x01\xa1a\xc0"  # [[1, "a", None]]: not a row
     with pytest.raises(ValueError, match="packed index cannot be read"):

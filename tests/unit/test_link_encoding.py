@@ -12,7 +12,7 @@ from scaleagent.agent.link import HubLink, LinkSettings, _to_wire
 from scaleagent.hub.agents.link import _sized, sized_caching_message
 from scaleagent.kube.events import ObjectEvent
 from scaleagent.protocol import EVENT_TYPES, pb
-from scaleagent.protocol.wire import EventsMessage, PackedMessage, decode_index, varint
+from scaleagent.protocol.wire import EventsMessage, PackedBatch, PackedMessage, decode_index, read_packed_batch, varint
 
 TEXTS = ["", "a", "ns-1", "é", "名前", "🙂x", "x" * 127, "y" * 128, "z" * 20_000, "\u0000", "ü" * 70]
 
@@ -155,3 +155,74 @@ def test_packed_messages_are_what_protobuf_writes_and_carry_every_event():
             assert wire == m.message(sequence).SerializeToString()
             assert events_of(pb.CachingMessage.FromString(wire)) == list(protobufs_own(events, 0).events.events)
             assert len(wire) <= m.size + 64  # the bound the link splits by, with the message's own framing
+
+
+def read_as_protobuf_would(batch: PackedBatch) -> tuple[int, bytes, bytes]:
+    return batch.sequence, batch.index, batch.data[batch.objects_start : batch.objects_end]
+
+
+def protobufs_reading(data: bytes) -> tuple[int, bytes, bytes] | None:
+    """What protobuf reads from `data`, when it is a packed batch and nothing else; None otherwise."""
+    try:
+        m = pb.CachingMessage.FromString(data)
+    except Exception:  # DecodeError: protobuf refuses it
+        return None
+    if m.WhichOneof("message") != "events" or not m.events.HasField("packed") or len(m.events.events):
+        return None
+    return m.events.sequence, m.events.packed.index, m.events.packed.objects
+
+
+def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
+    rng = random.Random(29)
+    for _ in range(40):
+        events = [random_event(rng) for _ in range(rng.randint(0, 12))]
+        m = PackedMessage()
+        for e in events:
+            m.add(e)
+        for sequence in (0, 1, 128, 2**40, 2**64 - 1):
+            wire = m.wire(sequence)
+            size, batch = sized_caching_message(wire)
+            assert size == len(wire) and isinstance(batch, PackedBatch)
+            assert read_as_protobuf_would(batch) == protobufs_reading(wire)
+    # Every other message, and the same batch laid out otherwise, go to protobuf.
+    m = EventsMessage()
+    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
+    for other in (
+        m.wire(1),
+        pb.CachingMessage(hello=pb.Hello(agent_id="x")).SerializeToString(),
+        pb.CachingMessage(heartbeat=pb.Heartbeat(sequence=3)).SerializeToString(),
+        b"",
+    ):
+        assert read_packed_batch(other) is None
+        assert isinstance(sized_caching_message(other)[1], pb.CachingMessage)
+    packed = PackedMessage()
+    packed.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
+    reordered = pb.CachingMessage()
+    reordered.events.packed.objects = b"{}"  # protobuf writes objects after the index too, but
+    reordered.events.packed.index = b""  # leaves an empty index out: not the agent's layout
+    assert read_packed_batch(reordered.SerializeToString()) is None
+
+
+def test_a_damaged_packed_batch_is_never_read_otherwise_than_protobuf_reads_it():
+    """Whatever an agent (or anyone reaching the port) sends, the in-place reading either declines
+    it or agrees with protobuf's: truncations, extensions and every single-byte change of a batch."""
+    rng = random.Random(31)
+    m = PackedMessage()
+    for e in [random_event(rng) for _ in range(3)]:
+        m.add(e)
+    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
+    wire = m.wire(300)
+    head = wire[:64]  # the framing: tags, lengths, the index's start
+    variants = [wire[:cut] for cut in range(len(head))] + [
+        wire + extra for extra in (b"\x00", b"\x08\x01", b"\x1a\x00")
+    ]
+    for at in range(len(head)):
+        for value in (0x00, 0x01, 0x7F, 0x80, 0xFF, head[at] ^ 0x01, head[at] ^ 0x80):
+            variants.append(wire[:at] + bytes((value,)) + wire[at + 1 :])
+    read = 0
+    for data in variants:
+        batch = read_packed_batch(data)
+        if batch is not None:
+            assert read_as_protobuf_would(batch) == protobufs_reading(data), data[:16]
+            read += 1
+    assert read > len(variants) // 2  # most changes land in the index or the objects: still read in place

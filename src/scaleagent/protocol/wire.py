@@ -11,7 +11,8 @@ are copied once, into the message, and the message's size is known without seria
 
 Field numbers and wire types are read from the generated descriptors, so a change to the .proto
 cannot silently desynchronise this file (a test also compares the bytes with protobuf's own).
-The hub parses these messages with the generated code, like any other.
+The hub parses these messages with the generated code, like any other, except a packed batch laid
+out exactly as `PackedMessage.wire` writes it, which `read_packed_batch` reads in place.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..kube.events import ObjectEvent
 from . import EVENT_TYPES
 from .v1 import agent_pb2 as pb
 
-__all__ = ["EventsMessage", "IndexRow", "PackedMessage", "decode_index", "varint"]
+__all__ = ["EventsMessage", "IndexRow", "PackedBatch", "PackedMessage", "decode_index", "read_packed_batch", "varint"]
 
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 
@@ -255,3 +256,78 @@ class PackedMessage:
         batch_head = (_SEQUENCE + varint(sequence) if sequence else b"") + _PACKED + varint(packed)
         head = _MESSAGE_EVENTS + varint(len(batch_head) + packed) + batch_head + packed_head
         return b"".join((head, index, objects_head, *self.objects))
+
+
+class PackedBatch:
+    """A packed `EventBatch` read in place from its message's bytes (`read_packed_batch`): what
+    the hub needs of it, with the objects left where they are in `data`, between `objects_start`
+    and `objects_end`."""
+
+    __slots__ = ("sequence", "index", "data", "objects_start", "objects_end")
+
+    def __init__(self, sequence: int, index: bytes, data: bytes, objects_start: int, objects_end: int) -> None:
+        self.sequence = sequence
+        self.index = index
+        self.data = data
+        self.objects_start = objects_start
+        self.objects_end = objects_end
+
+
+class _NotThisLayout(Exception):
+    pass
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise _NotThisLayout
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if value >= 1 << 64:
+                raise _NotThisLayout
+            return value, at
+        shift += 7
+
+
+def _read_field(data: bytes, at: int, tag: bytes, end: int) -> tuple[int, int] | None:
+    """(start, end) of the length-delimited field `tag` at `at`, None if another field is there."""
+    if not data.startswith(tag, at):
+        return None
+    size, start = _read_varint(data, at + len(tag))
+    if start + size > end:
+        raise _NotThisLayout
+    return start, start + size
+
+
+def read_packed_batch(data: bytes) -> PackedBatch | None:
+    """`data` read as `CachingMessage{events: EventBatch{sequence, packed: PackedEvents{index,
+    objects}}}` laid out as `PackedMessage.wire` writes it (those fields, in that order, filling the
+    message exactly); None for any other message or layout, which the caller parses with protobuf.
+
+    Why: protobuf's parse copies the batch's objects twice (into its own memory, then into the
+    bytes `packed.objects` hands out) before the hub slices each object from them; read in place,
+    each object is copied once, from the message gRPC received. Protobuf would read these bytes
+    into the same fields (a test compares the two on every layout it can make, valid or not)."""
+    try:
+        end = len(data)
+        batch = _read_field(data, 0, _MESSAGE_EVENTS, end)
+        if batch is None or batch[1] != end:
+            return None
+        at, sequence = batch[0], 0
+        if data.startswith(_SEQUENCE, at):
+            sequence, at = _read_varint(data, at + len(_SEQUENCE))
+        packed = _read_field(data, at, _PACKED, end)
+        if packed is None or packed[1] != end:
+            return None
+        index = _read_field(data, packed[0], _INDEX, end)
+        if index is None:
+            return None
+        objects = _read_field(data, index[1], _OBJECTS, end) if index[1] != end else (end, end)
+        if objects is None or objects[1] != end:
+            return None
+    except _NotThisLayout:
+        return None
+    return PackedBatch(sequence, data[index[0] : index[1]], data, objects[0], objects[1])

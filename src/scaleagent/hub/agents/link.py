@@ -24,6 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ...protocol import PROTOCOL_VERSION, SERVICE_NAME, pb, pb_grpc
 from ...protocol.states import AgentAccountState
+from ...protocol.wire import PackedBatch, read_packed_batch
 from ..auth.agents import AgentIdentities, AgentIdentity, hash_token
 from ..cache.cache import Cache
 from ..metrics import HubMetrics
@@ -43,13 +44,15 @@ MAX_NAME = 253
 GRPC_LIMIT_FACTOR = 4
 
 
-def sized_caching_message(data: bytes) -> tuple[int, pb.CachingMessage]:
-    """The Caching stream's request deserializer: the message with its size on the wire.
+def sized_caching_message(data: bytes) -> tuple[int, pb.CachingMessage | PackedBatch]:
+    """The Caching stream's request deserializer: the message with its size on the wire; a
+    packed batch as the agent writes it is read in place (`read_packed_batch`), the rest by
+    protobuf.
 
     The hub refuses a message over its limit itself (gRPC's own cut-off, GRPC_LIMIT_FACTOR times
     higher, ends the stream without a word). Asking the parsed message its ByteSize() serializes it
     all over again, which cost the hub more than parsing it; the length gRPC hands over is free."""
-    return len(data), pb.CachingMessage.FromString(data)
+    return len(data), read_packed_batch(data) or pb.CachingMessage.FromString(data)
 
 
 def _sized(read: Any) -> tuple[int, Any]:
@@ -282,7 +285,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
             size, first = _sized(await asyncio.wait_for(context.read(), HELLO_TIMEOUT))
         except TimeoutError:
             raise LinkRefused(grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {HELLO_TIMEOUT:g}s") from None
-        if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
+        if first is grpc.aio.EOF or type(first) is PackedBatch or first.WhichOneof("message") != "hello":
             raise LinkRefused(grpc.StatusCode.INVALID_ARGUMENT, "the first message of a Caching stream must be a hello")
         hello = first.hello
         if size > self.max_message_bytes:
@@ -323,9 +326,9 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
                     f"a message of {size} bytes is over this hub's limit of {self.max_message_bytes} "
                     "(grpc.maxMessageBytes); the agent must split its batches",
                 )
-            which = msg.WhichOneof("message")
+            which = "events" if type(msg) is PackedBatch else msg.WhichOneof("message")
             if which == "events":
-                batch = msg.events
+                batch = msg if type(msg) is PackedBatch else msg.events
                 if batch.sequence != expected:
                     raise LinkRefused(
                         grpc.StatusCode.INVALID_ARGUMENT,
@@ -387,7 +390,7 @@ class AgentLinkService(pb_grpc.AgentLinkServicer):
         if why is not None:
             _refuse(session, a.name, why)
 
-    def _apply(self, session: Session, batch: pb.EventBatch) -> None:
+    def _apply(self, session: Session, batch: pb.EventBatch | PackedBatch) -> None:
         """The batch goes to the cache in one pass; events of accounts not accepted are dropped."""
         session.batches += 1
         stamps: list[int] = []

@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -53,7 +54,7 @@ import orjson
 
 from ...kube.selectors import DOUBLE_EQUALS, EQUALS, EXISTS, GREATER_THAN, IN, LESS_THAN, LabelSelector
 from ...protocol.v1 import agent_pb2 as pb
-from ...protocol.wire import decode_index
+from ...protocol.wire import PackedBatch, decode_index
 
 __all__ = [
     "APPLICATION",
@@ -74,6 +75,7 @@ CLUSTER = "moniker.spinnaker.io/cluster"
 _ADDED, _MODIFIED, _DELETED = pb.ADDED, pb.MODIFIED, pb.DELETED
 _BEGIN, _END = pb.SNAPSHOT_BEGIN, pb.SNAPSHOT_END
 _intern = sys.intern
+_object_size = itemgetter(9)  # of a packed batch's index row
 _flatten = chain.from_iterable
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -612,25 +614,19 @@ class Cache:
         """Apply an agent's ``EventBatch``, whose events name their accounts: those of an account
         not in ``accepted`` are dropped (counted). The nonzero ``read_at_unix_ms`` of the events
         applied are appended to ``stamps``. The batch's events come as messages or packed
-        (``PackedEvents``: an index read in one call, the objects sliced from one buffer).
+        (``PackedEvents``: an index read in one call, the objects sliced from one buffer), or as
+        a packed batch read in place from its message (``PackedBatch``).
 
         Raises ValueError for a packed batch that cannot be read (nothing of it is applied).
         """
-        if batch.HasField("packed"):
+        rows: Iterable[tuple[tuple[Any, ...], bytes]]
+        if type(batch) is PackedBatch:
+            rows = self._packed_rows(batch.index, batch.data, batch.objects_start, batch.objects_end)
+        elif batch.HasField("packed"):
             if len(batch.events):
                 raise ValueError("a batch carries its events as messages or packed, not both")
-            try:
-                index = decode_index(batch.packed.index)
-            except msgspec.DecodeError as e:
-                raise ValueError(f"its packed index cannot be read: {e}") from None
             blob = batch.packed.objects
-            sizes = [row[9] for row in index]
-            if sum(sizes) != len(blob) or (sizes and min(sizes) < 0):
-                raise ValueError(f"its objects are {len(blob)} bytes, not what its index says")
-            ends = list(accumulate(sizes))
-            # Each object sliced from the batch's buffer, the iteration all in C.
-            objects = map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends))
-            rows: Iterable[tuple[tuple[Any, ...], bytes]] = zip(index, objects)
+            rows = self._packed_rows(batch.packed.index, blob, 0, len(blob))
         else:
             rows = (
                 (
@@ -651,6 +647,21 @@ class Cache:
                 for e in batch.events
             )
         return self._apply(rows, accepted, stamps)
+
+    @staticmethod
+    def _packed_rows(index: bytes, data: bytes, start: int, end: int) -> Iterable[tuple[tuple[Any, ...], bytes]]:
+        """A packed batch's events as (row, object), the objects being data[start:end] one after
+        the other. Raises ValueError when the index cannot be read or does not add up to them."""
+        try:
+            rows = decode_index(index)
+        except msgspec.DecodeError as e:
+            raise ValueError(f"its packed index cannot be read: {e}") from None
+        sizes = list(map(_object_size, rows))
+        if sum(sizes) != end - start or (sizes and min(sizes) < 0):
+            raise ValueError(f"its objects are {end - start} bytes, not what its index says")
+        bounds = list(accumulate(sizes, initial=start))
+        # Each object sliced from the buffer, the iteration all in C.
+        return zip(rows, map(data.__getitem__, map(slice, bounds[:-1], bounds[1:])))
 
     def _apply(
         self,
