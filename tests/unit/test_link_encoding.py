@@ -172,6 +172,14 @@ def protobufs_reading(data: bytes) -> tuple[int, bytes, bytes] | None:
     return m.events.sequence, m.events.packed.index, m.events.packed.objects
 
 
+def decode_and_encode_one() -> tuple[bytes, bytes]:
+    """A packed batch's index and objects for one event."""
+    m = PackedMessage()
+    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b'{"kind":"Pod"}'))
+    batch = pb.CachingMessage.FromString(m.wire(1)).events.packed
+    return batch.index, batch.objects
+
+
 def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
     rng = random.Random(29)
     for _ in range(40):
@@ -195,6 +203,38 @@ def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
     ):
         assert read_packed_batch(other) is None
         assert isinstance(sized_caching_message(other)[1], pb.CachingMessage)
+    # Layouts protobuf reads one way and a careless reader another: each either read in place as
+    # protobuf reads it, or left to protobuf.
+    index, objects = decode_and_encode_one()
+    inner = b"\x0a" + varint(len(index)) + index + b"\x12" + varint(len(objects)) + objects
+
+    def message(batch: bytes) -> bytes:
+        return b"\x1a" + varint(len(batch)) + batch
+
+    def packed_field(body: bytes) -> bytes:
+        return b"\x1a" + varint(len(body)) + body
+
+    layouts = {
+        "sequence 0 written": message(b"\x08\x00" + packed_field(inner)),
+        "non-minimal sequence": message(b"\x08\x85\x80\x80\x00" + packed_field(inner)),
+        "largest sequence": message(b"\x08" + varint(2**64 - 1) + packed_field(inner)),
+        "sequence of 2**64": message(b"\x08" + b"\x80" * 9 + b"\x02" + packed_field(inner)),
+        "sequence twice": message(b"\x08\x01\x08\x02" + packed_field(inner)),
+        "sequence after packed": message(packed_field(inner) + b"\x08\x05"),
+        "packed twice": message(packed_field(inner) + packed_field(inner)),
+        "index twice": message(packed_field(b"\x0a" + varint(len(index)) + index + inner)),
+        "unknown field": message(packed_field(inner) + b"\x78\x01"),
+        # The batch's length in two bytes where one would do (it is under 128).
+        "non-minimal length": b"\x1a" + bytes((0x80 | len(packed_field(inner)), 0x00)) + packed_field(inner),
+    }
+    assert len(packed_field(inner)) < 128
+    for name, data in layouts.items():
+        batch = read_packed_batch(data)
+        if batch is not None:
+            assert read_as_protobuf_would(batch) == protobufs_reading(data), name
+    assert read_packed_batch(layouts["sequence 0 written"]) is not None
+    assert read_packed_batch(layouts["non-minimal length"]) is not None
+    assert read_packed_batch(layouts["packed twice"]) is None
     packed = PackedMessage()
     packed.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
     reordered = pb.CachingMessage()

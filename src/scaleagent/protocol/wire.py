@@ -293,7 +293,11 @@ def _read_varint(data: bytes, at: int) -> tuple[int, int]:
 
 
 def _read_field(data: bytes, at: int, tag: bytes, end: int) -> tuple[int, int] | None:
-    """(start, end) of the length-delimited field `tag` at `at`, None if another field is there."""
+    """(start, end) of the length-delimited field `tag` at `at`, None if another field is there.
+
+    `end` is the end of the whole message: enough only because read_packed_batch also requires
+    the batch and its packed events to end exactly there (a field nested in one that ends sooner
+    would need that one's end)."""
     if not data.startswith(tag, at):
         return None
     size, start = _read_varint(data, at + len(tag))
