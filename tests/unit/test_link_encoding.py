@@ -143,13 +143,18 @@ def test_the_hub_reads_a_caching_message_with_its_size_on_the_wire():
     assert _sized(grpc.aio.EOF) == (0, grpc.aio.EOF)
 
 
+def packed_message(events: list[ObjectEvent]) -> PackedMessage:
+    m = PackedMessage()
+    for e in events:
+        m.add(e)
+    return m
+
+
 def test_packed_messages_are_what_protobuf_writes_and_carry_every_event():
     rng = random.Random(23)
     for _ in range(60):
         events = [random_event(rng) for _ in range(rng.randint(0, 12))]
-        m = PackedMessage()
-        for e in events:
-            m.add(e)
+        m = packed_message(events)
         for sequence in (0, 1, 128, 2**40):
             wire = m.wire(sequence)
             assert wire == m.message(sequence).SerializeToString()
@@ -172,10 +177,9 @@ def protobufs_reading(data: bytes) -> tuple[int, bytes, bytes] | None:
     return m.events.sequence, m.events.packed.index, m.events.packed.objects
 
 
-def decode_and_encode_one() -> tuple[bytes, bytes]:
+def one_packed_event() -> tuple[bytes, bytes]:
     """A packed batch's index and objects for one event."""
-    m = PackedMessage()
-    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b'{"kind":"Pod"}'))
+    m = packed_message([ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b'{"kind":"Pod"}')])
     batch = pb.CachingMessage.FromString(m.wire(1)).events.packed
     return batch.index, batch.objects
 
@@ -183,10 +187,7 @@ def decode_and_encode_one() -> tuple[bytes, bytes]:
 def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
     rng = random.Random(29)
     for _ in range(40):
-        events = [random_event(rng) for _ in range(rng.randint(0, 12))]
-        m = PackedMessage()
-        for e in events:
-            m.add(e)
+        m = packed_message([random_event(rng) for _ in range(rng.randint(0, 12))])
         for sequence in (0, 1, 128, 2**40, 2**64 - 1):
             wire = m.wire(sequence)
             size, batch = sized_caching_message(wire)
@@ -205,7 +206,7 @@ def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
         assert isinstance(sized_caching_message(other)[1], pb.CachingMessage)
     # Layouts protobuf reads one way and a careless reader another: each either read in place as
     # protobuf reads it, or left to protobuf.
-    index, objects = decode_and_encode_one()
+    index, objects = one_packed_event()
     inner = b"\x0a" + varint(len(index)) + index + b"\x12" + varint(len(objects)) + objects
 
     def message(batch: bytes) -> bytes:
@@ -235,8 +236,6 @@ def test_the_hub_reads_packed_batches_in_place_as_protobuf_reads_them():
     assert read_packed_batch(layouts["sequence 0 written"]) is not None
     assert read_packed_batch(layouts["non-minimal length"]) is not None
     assert read_packed_batch(layouts["packed twice"]) is None
-    packed = PackedMessage()
-    packed.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
     reordered = pb.CachingMessage()
     reordered.events.packed.objects = b"{}"  # protobuf writes objects after the index too, but
     reordered.events.packed.index = b""  # leaves an empty index out: not the agent's layout
@@ -247,10 +246,8 @@ def test_a_damaged_packed_batch_is_never_read_otherwise_than_protobuf_reads_it()
     """Whatever an agent (or anyone reaching the port) sends, the in-place reading either declines
     it or agrees with protobuf's: truncations, extensions and every single-byte change of a batch."""
     rng = random.Random(31)
-    m = PackedMessage()
-    for e in [random_event(rng) for _ in range(3)]:
-        m.add(e)
-    m.add(ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}"))
+    events = [random_event(rng) for _ in range(3)]
+    m = packed_message([*events, ObjectEvent("a", "", "v1", "Pod", "ns", "p", "u", "1", "ADDED", b"{}")])
     wire = m.wire(300)
     head = wire[:64]  # the framing: tags, lengths, the index's start
     variants = [wire[:cut] for cut in range(len(head))] + [
