@@ -11,6 +11,12 @@ import asyncpg
 import pytest
 
 from tests.databases import BACKENDS, HOW_TO_START, MY, PG, emptied, run_async, unique_db_name
+from tests.hang_report import (  # noqa: F401 (hooks: a hung test's summary names what its event loop awaited)
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    pytest_terminal_summary,
+)
 from tests.helpers import KubesimProcess, start_kubesim
 
 E2E_ENV = "SCALE_AGENT_E2E_KUBECONFIG"
