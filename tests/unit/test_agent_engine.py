@@ -191,6 +191,79 @@ async def test_a_failed_request_cancels_its_siblings_and_surfaces_as_itself():
     assert await all_or_first_error([asyncio.sleep(0, "a"), asyncio.sleep(0, "b")]) == ["a", "b"]
 
 
+async def test_a_caller_stopped_while_a_request_fails_is_stopped_not_handed_the_error():
+    # asyncio's TaskGroup lets a child's error win over its parent's cancellation; an account
+    # stopped then took the error for a failed discovery and went on retrying, and its stop()
+    # waited forever (a test's teardown hung for 300 s in CI).
+    from scaleagent.kube.concurrency import all_or_first_error
+    from scaleagent.kube.errors import ConnectionFailed
+
+    started = asyncio.Event()
+
+    async def request() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ConnectionFailed("the connection was closed") from None  # as a transport may say it
+
+    caller = asyncio.create_task(all_or_first_error([request()]))
+    await started.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert caller.cancelled()
+
+
+async def test_a_caller_stopped_while_a_failure_winds_down_the_other_requests_is_stopped():
+    # The other way TaskGroup lost a stop: one request had failed, and the stop came while the
+    # others were still ending.
+    from scaleagent.kube.concurrency import all_or_first_error
+    from scaleagent.kube.errors import ConnectionFailed
+
+    ending, ended = asyncio.Event(), asyncio.Event()
+
+    async def failing() -> None:
+        raise ConnectionFailed("cannot connect")
+
+    async def slow_to_end() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ending.set()
+            await ended.wait()  # closing its connection, say
+            raise
+
+    caller = asyncio.create_task(all_or_first_error([slow_to_end(), failing()]))
+    await ending.wait()
+    caller.cancel()
+    ended.set()
+    await asyncio.wait([caller])
+    assert caller.cancelled()
+
+
+async def test_a_retry_loop_ends_when_its_stop_was_swallowed_by_a_failure():
+    from scaleagent.kube.concurrency import stop_if_cancelled
+
+    tries = []
+
+    async def retrying() -> None:
+        while True:
+            stop_if_cancelled()
+            tries.append(1)
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                pass  # what an error raised in the cancellation's place looks like to the loop
+
+    task = asyncio.create_task(retrying())
+    while not tries:
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.wait([task])
+    assert task.cancelled() and len(tries) == 1
+
+
 async def test_many_401s_at_once_refresh_the_credentials_once():
     import ssl
     from types import SimpleNamespace

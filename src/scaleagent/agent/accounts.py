@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kube.client import KubeClient, RetryPolicy
-from ..kube.concurrency import all_or_first_error
+from ..kube.concurrency import all_or_first_error, stop_if_cancelled
 from ..kube.credentials import load_credentials, service_account_namespace
 from ..kube.discovery import KindInfo, SharedAnswers, discover, follow_once, readable, readable_in, select_kinds
 from ..kube.errors import APIError, ClusterReplaced, CredentialsError, Forbidden, KubeError
@@ -320,6 +320,7 @@ class AccountRunner:
     async def run(self) -> None:
         backoff = Backoff(initial=1.0, maximum=60.0)
         while True:
+            stop_if_cancelled()  # stop() waits for this loop to end
             try:
                 await self._connect()
                 backoff.reset()
@@ -412,6 +413,7 @@ class AccountRunner:
         """Discover periodically and keep one reflector per readable (kind, namespace)."""
         backoff = Backoff(initial=1.0, maximum=60.0)
         while True:
+            stop_if_cancelled()
             try:
                 await self._reconcile()
                 self._discovery_error = ""

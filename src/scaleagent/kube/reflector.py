@@ -23,6 +23,7 @@ import msgspec
 import orjson
 
 from .client import KubeClient
+from .concurrency import stop_if_cancelled
 from .discovery import KindInfo
 from .errors import APIError, ClusterReplaced, ConnectionFailed, Forbidden, Gone
 from .events import ADDED, DELETED, MODIFIED, SNAPSHOT_BEGIN, SNAPSHOT_END, ObjectEvent
@@ -192,6 +193,7 @@ class Reflector:
         )
         loop = asyncio.get_running_loop()
         while True:
+            stop_if_cancelled()  # the account's stop waits for this loop to end
             try:
                 initial = False
                 if self.resource_version is None:
