@@ -18,8 +18,11 @@ DEFAULT_THRESHOLD = 128 * 1024
 
 @pytest.fixture
 def restore_allocator():
+    from scaleagent.agent.memory import ALLOCATOR
+
     yield
     tune_allocator(mmap_threshold=DEFAULT_THRESHOLD, trim_threshold=DEFAULT_THRESHOLD)
+    ALLOCATOR.enabled, ALLOCATOR.wide = False, None  # the agent's accounts in later tests leave it be
 
 
 @glibc_only
@@ -47,3 +50,25 @@ def test_an_operators_settings_are_left_as_they_are_and_the_log_says_so(monkeypa
     with caplog.at_level(logging.INFO, logger="scaleagent.allocator"):
         assert tune_unless_set("hub", mmap_threshold=4 << 20, trim_threshold=64 << 20) is False
     assert "hub: glibc's allocator is left as MALLOC_TRIM_THRESHOLD_ set it" in caplog.text
+
+
+def test_the_agent_maps_large_blocks_afresh_only_once_it_holds_many_connections(monkeypatch, caplog):
+    from scaleagent.agent import memory
+
+    settings: list[int] = []  # glibc's mmap threshold as set, in order
+    monkeypatch.setattr(
+        memory, "tune_allocator", lambda mmap_threshold, trim_threshold: settings.append(mmap_threshold)
+    )
+    allocator = memory.AllocatorSetting()
+    allocator.follow(1000)
+    assert settings == []  # not the agent's process (or the environment chose): left alone
+    allocator.enable()
+    assert settings == [memory.WIDE_MMAP_THRESHOLD]
+    allocator.follow(memory.WIDE_UP_TO)
+    assert settings == [memory.WIDE_MMAP_THRESHOLD]  # unchanged: glibc is not asked again
+    with caplog.at_level(logging.INFO, logger="scaleagent.agent.memory"):
+        allocator.follow(memory.WIDE_UP_TO + 1)
+    assert settings[-1] == memory.MMAP_THRESHOLD
+    assert f"{memory.WIDE_UP_TO + 1} TLS connections to API servers" in caplog.text
+    allocator.follow(2)
+    assert settings[-1] == memory.WIDE_MMAP_THRESHOLD

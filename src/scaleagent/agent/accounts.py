@@ -18,7 +18,7 @@ import logging
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..kube.resources import ResourceMap
 from ..protocol.states import AgentAccountState
 from .budget import Budget
 from .config import ConfigError, dynamic_account
+from .memory import ALLOCATOR
 from .retry_log import RetryReport
 from .scrub import is_secret, transform_for
 from .sinks import AccountAnswer, AccountDescription, DynamicAccountRequest, Sink
@@ -111,6 +112,9 @@ class AccountRunner:
     # identity (AccountManager gives them one): activating a hundred accounts of a cluster at once
     # asks it once per question, not a hundred times.
     shared: SharedAnswers = field(default_factory=SharedAnswers)
+    # Told when the account's watches are about to open connections or have let them go: the
+    # agent's allocator setting follows how many it holds (memory.AllocatorSetting).
+    on_connections: Callable[[], None] | None = None
     state: str = CONNECTING
     reason: str = ""
     host: str = ""
@@ -159,6 +163,15 @@ class AccountRunner:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def connections(self) -> int:
+        """TLS connections the account's watches hold: one each over HTTP/1.1, one for all of
+        them over HTTP/2 (LIST connections, open during syncs only, are not counted)."""
+        client = self._client
+        if client is None or not self.watches:
+            return 0
+        return 1 if client.protocol == "HTTP/2" else len(self.watches)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.run(), name=f"account {self.name}")
@@ -486,6 +499,8 @@ class AccountRunner:
         for key in keep:
             if key not in self.watches:
                 self._start_watch(*key)
+        if self.on_connections is not None:
+            self.on_connections()  # before the watches started above run and connect
         self.skipped = skipped
         self.sink.describe(self.description())
 
@@ -658,6 +673,8 @@ class AccountRunner:
         if tasks:
             # asyncio.wait: the watches' own cancellation stays theirs, ours still reaches us.
             await asyncio.wait(tasks)
+            if self.on_connections is not None:
+                self.on_connections()
 
     def watch_documents(self) -> list[dict[str, Any]]:
         """`GET /watches`: each followed (kind, namespace) of this account, as it stands."""
@@ -728,10 +745,19 @@ class AccountManager:
         # sees the rights and kinds of the moment, give or take that.
         self.shared = SharedAnswers(ttl=min(5.0, settings.discovery_interval / 2))
 
+    def connections(self) -> int:
+        """TLS connections the accounts' watches hold (AccountRunner.connections)."""
+        return sum(r.connections for r in self.runners.values())
+
+    def _connections_changed(self) -> None:
+        ALLOCATOR.follow(self.connections())
+
     def add(self, config: Any) -> AccountRunner:
         if config.name in self.runners:
             raise ValueError(f"account {config.name!r} is already followed")
-        runner = AccountRunner(config, self.settings, self.sink, self.budget, self.shared)
+        runner = AccountRunner(
+            config, self.settings, self.sink, self.budget, self.shared, on_connections=self._connections_changed
+        )
         self.runners[config.name] = runner
         runner.start()
         return runner

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..allocator import release_free_memory, tune_unless_set
+from ..allocator import release_free_memory, tune_allocator, tune_unless_set
 
 log = logging.getLogger("scaleagent.agent.memory")
 
@@ -22,12 +22,59 @@ log = logging.getLogger("scaleagent.agent.memory")
 # threshold, and later large blocks come from the heap. Measured: steady memory of 1,000 watches
 # after syncing a million objects halves with the threshold fixed here.
 MMAP_THRESHOLD = 128 * 1024
+TRIM_THRESHOLD = 128 * 1024  # glibc's own default
+
+# But mapping every LIST page's body and every batch for the hub afresh (about 1 MiB each) costs
+# a page fault per 4 KiB: 90,000 in a 100,000-object sync, 15-20% of the agent's CPU then
+# (bench/hub_end_to_end.py). While the agent holds few TLS connections, those blocks come from
+# the heap instead. Measured (bench/agent_memory.py): that costs about 130 KB of steady memory per
+# connection, nothing to see over HTTP/2 (a connection per cluster) and 133 MB with 1,000
+# watches over HTTP/1.1 (a connection per watch), so above WIDE_UP_TO connections the agent goes
+# back to the setting above.
+WIDE_MMAP_THRESHOLD = 4 * 1024 * 1024
+WIDE_TRIM_THRESHOLD = 8 * 1024 * 1024
+WIDE_UP_TO = 64
+
+
+class AllocatorSetting:
+    """glibc's thresholds for the connections the agent holds (see WIDE_UP_TO). Does nothing
+    until `enable` (the agent's process, when the environment leaves the allocator to it)."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.wide: bool | None = None
+
+    def enable(self) -> None:
+        self.enabled = True
+        self.follow(0)
+
+    def follow(self, connections: int) -> None:
+        wide = connections <= WIDE_UP_TO
+        if not self.enabled or wide == self.wide:
+            return
+        if wide:
+            tune_allocator(mmap_threshold=WIDE_MMAP_THRESHOLD, trim_threshold=WIDE_TRIM_THRESHOLD)
+        else:
+            tune_allocator(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
+        if self.wide is not None:
+            log.info(
+                "%d TLS connections to API servers: large blocks now come from %s",
+                connections,
+                "the heap" if wide else "mappings of their own",
+            )
+        self.wide = wide
+
+
+ALLOCATOR = AllocatorSetting()
 
 
 def tune_agent_allocator() -> bool:
-    """Keep large blocks mapped freshly (see MMAP_THRESHOLD); False where glibc is not used, or
-    where the environment sets its thresholds."""
-    return tune_unless_set("agent", mmap_threshold=MMAP_THRESHOLD)
+    """Let the agent's connections choose glibc's thresholds (AllocatorSetting); False where glibc
+    is not used, or where the environment sets its thresholds."""
+    if not tune_unless_set("agent", mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD):
+        return False
+    ALLOCATOR.enable()
+    return True
 
 
 class Releaser:
