@@ -215,13 +215,14 @@ async def test_a_caller_stopped_while_a_request_fails_is_stopped_not_handed_the_
     assert caller.cancelled()
 
 
-async def test_a_caller_stopped_while_a_failure_winds_down_the_other_requests_is_stopped():
+async def test_a_caller_stopped_while_a_failure_winds_down_the_other_requests_is_stopped_after_them():
     # The other way TaskGroup lost a stop: one request had failed, and the stop came while the
-    # others were still ending.
+    # others were still ending. The caller still waits for them, however often it is cancelled:
+    # it closes the client they run on next.
     from scaleagent.kube.concurrency import all_or_first_error
     from scaleagent.kube.errors import ConnectionFailed
 
-    ending, ended = asyncio.Event(), asyncio.Event()
+    ending, ended, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def failing() -> None:
         raise ConnectionFailed("cannot connect")
@@ -232,14 +233,37 @@ async def test_a_caller_stopped_while_a_failure_winds_down_the_other_requests_is
         except asyncio.CancelledError:
             ending.set()
             await ended.wait()  # closing its connection, say
-            raise
+            raise ConnectionFailed("closed while cancelled") from None
+        finally:
+            finished.set()
 
     caller = asyncio.create_task(all_or_first_error([slow_to_end(), failing()]))
     await ending.wait()
-    caller.cancel()
+    for _ in range(2):
+        caller.cancel()
+        await asyncio.sleep(0)
+    assert not caller.done()
     ended.set()
     await asyncio.wait([caller])
-    assert caller.cancelled()
+    assert caller.cancelled() and finished.is_set()
+
+
+async def test_the_failure_raised_is_the_one_that_ended_the_wait_not_a_cancellation_told_as_an_error():
+    from scaleagent.kube.concurrency import all_or_first_error
+    from scaleagent.kube.errors import APIError, ConnectionFailed
+
+    async def sibling() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ConnectionFailed("closed while cancelled") from None
+
+    async def refused() -> None:
+        await asyncio.sleep(0)
+        raise APIError(401, "Unauthorized", "")  # the caller reloads its credentials on this one
+
+    with pytest.raises(APIError):
+        await all_or_first_error([sibling(), refused()])
 
 
 async def test_a_retry_loop_ends_when_its_stop_was_swallowed_by_a_failure():

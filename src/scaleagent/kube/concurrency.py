@@ -17,19 +17,32 @@ async def all_or_first_error(coros: Iterable[Coroutine[Any, Any, Any]]) -> list[
     went on retrying (and Python 3.11's TaskGroup leaves the caller marked as being cancelled
     after a child fails while it waits)."""
     tasks = [asyncio.ensure_future(c) for c in coros]
+    done: set[asyncio.Future[Any]] = set()
+    stopped: asyncio.CancelledError | None = None
     try:
         if tasks:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:  # a failure, or our own cancellation: nothing is left running
-        rest = [t for t in tasks if not t.done()]
-        for t in rest:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError as e:
+        stopped = e
+    # A failure, or our own cancellation: the others are cancelled, and waited for however often
+    # we are cancelled meanwhile (the caller closes the client next).
+    for t in tasks:
+        if not t.done():
             t.cancel()
-        if rest:
+    while rest := [t for t in tasks if not t.done()]:
+        try:
             await asyncio.wait(rest)
-        # Every failure is retrieved (asyncio logs the ones nobody read); the first is raised.
-        failures = [e for t in tasks if t.done() and not t.cancelled() and (e := t.exception()) is not None]
+        except asyncio.CancelledError as e:
+            stopped = e
+    # Every failure is read (asyncio logs those nobody read).
+    failures = [t for t in tasks if not t.cancelled() and t.exception() is not None]
+    if stopped is not None:
+        raise stopped
     if failures:
-        raise failures[0]
+        # The failure that ended the wait, not one of the others' cancellations told as an error.
+        error = next((t for t in failures if t in done), failures[0]).exception()
+        assert error is not None
+        raise error
     return [t.result() for t in tasks]
 
 
