@@ -62,13 +62,14 @@ def test_the_agent_maps_large_blocks_afresh_only_once_it_holds_many_connections(
     allocator = memory.AllocatorSetting()
     allocator.follow(1000)
     assert settings == []  # not the agent's process (or the environment chose): left alone
-    allocator.enable()
-    assert settings == [memory.WIDE_MMAP_THRESHOLD]
+    allocator.enable(wide=True)
     allocator.follow(memory.WIDE_UP_TO)
-    assert settings == [memory.WIDE_MMAP_THRESHOLD]  # unchanged: glibc is not asked again
+    assert settings == []  # unchanged: glibc is not asked again
     with caplog.at_level(logging.INFO, logger="scaleagent.agent.memory"):
         allocator.follow(memory.WIDE_UP_TO + 1)
-    assert settings[-1] == memory.MMAP_THRESHOLD
+    assert settings == [memory.MMAP_THRESHOLD]
     assert f"{memory.WIDE_UP_TO + 1} TLS connections to API servers" in caplog.text
-    allocator.follow(2)
-    assert settings[-1] == memory.WIDE_MMAP_THRESHOLD
+    allocator.follow(memory.WIDE_UP_TO)  # a watch less: not back and forth around the limit
+    assert settings == [memory.MMAP_THRESHOLD]
+    allocator.follow(memory.WIDE_AGAIN_AT)
+    assert settings == [memory.MMAP_THRESHOLD, memory.WIDE_MMAP_THRESHOLD]

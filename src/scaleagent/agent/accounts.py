@@ -499,8 +499,7 @@ class AccountRunner:
         for key in keep:
             if key not in self.watches:
                 self._start_watch(*key)
-        if self.on_connections is not None:
-            self.on_connections()  # before the watches started above run and connect
+        self._connections_changed()  # before the watches started above run and connect
         self.skipped = skipped
         self.sink.describe(self.description())
 
@@ -586,12 +585,14 @@ class AccountRunner:
             if watch is not None:
                 self.skipped[watch.label] = f"forbidden: {e}"
             self._update_state()
+            self._connections_changed()
         except Exception as e:  # a bug must not take the account down; report it and retry at rediscovery
             log.exception("account %s: watch of %s failed", self.name, key[0].qualified)
             watch = self._drop_watch(key)
             if watch is not None:
                 self.skipped[watch.label] = f"failed: {type(e).__name__}: {e}"
             self._update_state()
+            self._connections_changed()
 
     def _on_watch_state(self, key: tuple[KindInfo, str | None], state: str, reason: str) -> None:
         watch = self.watches.get(key)
@@ -609,6 +610,10 @@ class AccountRunner:
                 self.retries.recovered(watch.label)
             self._update_state()
             self._describe_watches()
+
+    def _connections_changed(self) -> None:
+        if self.on_connections is not None:
+            self.on_connections()
 
     def _drop_watch(self, key: tuple[KindInfo, str | None]) -> Watch | None:
         self._watching.discard(key)
@@ -671,10 +676,11 @@ class AccountRunner:
                 watch.task.cancel()
                 tasks.append(watch.task)
         if tasks:
-            # asyncio.wait: the watches' own cancellation stays theirs, ours still reaches us.
-            await asyncio.wait(tasks)
-            if self.on_connections is not None:
-                self.on_connections()
+            try:
+                # asyncio.wait: the watches' own cancellation stays theirs, ours still reaches us.
+                await asyncio.wait(tasks)
+            finally:
+                self._connections_changed()
 
     def watch_documents(self) -> list[dict[str, Any]]:
         """`GET /watches`: each followed (kind, namespace) of this account, as it stands."""

@@ -30,10 +30,12 @@ TRIM_THRESHOLD = 128 * 1024  # glibc's own default
 # the heap instead. Measured (bench/agent_memory.py): that costs about 130 KB of steady memory per
 # connection, nothing to see over HTTP/2 (a connection per cluster) and 133 MB with 1,000
 # watches over HTTP/1.1 (a connection per watch), so above WIDE_UP_TO connections the agent goes
-# back to the setting above.
+# back to the setting above (and to the heap again at WIDE_AGAIN_AT). The limit counts HTTP/2
+# connections alike: 100 accounts over HTTP/2 measured the same either way.
 WIDE_MMAP_THRESHOLD = 4 * 1024 * 1024
 WIDE_TRIM_THRESHOLD = 8 * 1024 * 1024
 WIDE_UP_TO = 64
+WIDE_AGAIN_AT = WIDE_UP_TO // 2  # not back and forth at every watch around the limit
 
 
 class AllocatorSetting:
@@ -44,24 +46,25 @@ class AllocatorSetting:
         self.enabled = False
         self.wide: bool | None = None
 
-    def enable(self) -> None:
-        self.enabled = True
-        self.follow(0)
+    def enable(self, wide: bool) -> None:
+        """From now on follow the connections; `wide`: the setting the process has now."""
+        self.enabled, self.wide = True, wide
 
     def follow(self, connections: int) -> None:
-        wide = connections <= WIDE_UP_TO
-        if not self.enabled or wide == self.wide:
+        if not self.enabled:
+            return
+        wide = connections <= (WIDE_AGAIN_AT if self.wide is False else WIDE_UP_TO)
+        if wide == self.wide:
             return
         if wide:
             tune_allocator(mmap_threshold=WIDE_MMAP_THRESHOLD, trim_threshold=WIDE_TRIM_THRESHOLD)
         else:
             tune_allocator(mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD)
-        if self.wide is not None:
-            log.info(
-                "%d TLS connections to API servers: large blocks now come from %s",
-                connections,
-                "the heap" if wide else "mappings of their own",
-            )
+        log.info(
+            "%d TLS connections to API servers: large blocks now come from %s",
+            connections,
+            "the heap" if wide else "mappings of their own",
+        )
         self.wide = wide
 
 
@@ -69,11 +72,11 @@ ALLOCATOR = AllocatorSetting()
 
 
 def tune_agent_allocator() -> bool:
-    """Let the agent's connections choose glibc's thresholds (AllocatorSetting); False where glibc
-    is not used, or where the environment sets its thresholds."""
-    if not tune_unless_set("agent", mmap_threshold=MMAP_THRESHOLD, trim_threshold=TRIM_THRESHOLD):
+    """Let the agent's connections choose glibc's thresholds (AllocatorSetting), starting with
+    none; False where glibc is not used, or where the environment sets its thresholds."""
+    if not tune_unless_set("agent", mmap_threshold=WIDE_MMAP_THRESHOLD, trim_threshold=WIDE_TRIM_THRESHOLD):
         return False
-    ALLOCATOR.enable()
+    ALLOCATOR.enable(wide=True)
     return True
 
 
