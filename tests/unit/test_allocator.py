@@ -22,7 +22,7 @@ def restore_allocator():
 
     yield
     tune_allocator(mmap_threshold=DEFAULT_THRESHOLD, trim_threshold=DEFAULT_THRESHOLD)
-    ALLOCATOR.enabled, ALLOCATOR.wide = False, None  # the agent's accounts in later tests leave it be
+    ALLOCATOR.wide = None  # not enabled: the agent's accounts in later tests leave it be
 
 
 @glibc_only

@@ -28,7 +28,7 @@ TRIM_THRESHOLD = 128 * 1024  # glibc's own default
 # a page fault per 4 KiB: 90,000 in a 100,000-object sync, 15-20% of the agent's CPU then
 # (bench/hub_end_to_end.py). While the agent holds few TLS connections, those blocks come from
 # the heap instead. Measured (bench/agent_memory.py): that costs about 130 KB of steady memory per
-# connection, nothing to see over HTTP/2 (a connection per cluster) and 133 MB with 1,000
+# connection, nothing to see over HTTP/2 (a connection per account) and 133 MB with 1,000
 # watches over HTTP/1.1 (a connection per watch), so above WIDE_UP_TO connections the agent goes
 # back to the setting above (and to the heap again at WIDE_AGAIN_AT). The limit counts HTTP/2
 # connections alike: 100 accounts over HTTP/2 measured the same either way.
@@ -43,17 +43,16 @@ class AllocatorSetting:
     until `enable` (the agent's process, when the environment leaves the allocator to it)."""
 
     def __init__(self) -> None:
-        self.enabled = False
-        self.wide: bool | None = None
+        self.wide: bool | None = None  # None: not enabled
 
     def enable(self, wide: bool) -> None:
         """From now on follow the connections; `wide`: the setting the process has now."""
-        self.enabled, self.wide = True, wide
+        self.wide = wide
 
     def follow(self, connections: int) -> None:
-        if not self.enabled:
+        if self.wide is None:
             return
-        wide = connections <= (WIDE_AGAIN_AT if self.wide is False else WIDE_UP_TO)
+        wide = connections <= (WIDE_UP_TO if self.wide else WIDE_AGAIN_AT)
         if wide == self.wide:
             return
         if wide:
