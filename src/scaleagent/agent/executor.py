@@ -19,6 +19,10 @@ operations go on until they finish or reach their deadline (their results are re
 repeat), instead of being cancelled half-way. Reads (`getManifest`, `podLogs`) are not
 remembered: running one again changes nothing and answers with fresher data, and log results are
 the largest there are.
+
+The memory is this agent's alone. A resend may reach another agent of the same accounts (a
+standby that took them over when this one's replica died); the operations themselves then keep
+it from changing the cluster twice, by the id each leaves in the cluster (kube/operations.py).
 """
 
 from __future__ import annotations
@@ -304,7 +308,7 @@ class OperationExecutor:
             runner = self.accounts.runner(op.account)
         except AccountUnavailable as e:
             return (_failure(op.id, 404, "NotFound", str(e)), False)
-        out = Outcome(deadline=deadline)
+        out = Outcome(deadline=deadline, operation=op.id)
         started = time.perf_counter()
         self.waiting += 1
         acquired = False

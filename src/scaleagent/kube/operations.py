@@ -10,12 +10,23 @@ Kubernetes is the reference for every behaviour: deploys are server-side applies
 manager and strict field validation (kubectl's default since 1.27); rollbacks, pauses and
 restarts are the patches `kubectl rollout` sends; deletions wait until the object is gone, as
 `kubectl delete --wait` does, by watching it rather than polling.
+
+Whichever agent runs an operation, it changes the cluster once. Hub replicas resend an operation
+with the same id when the replica holding it dies, and the resend may reach another agent of the
+same accounts, which cannot know what the first did. So an operation that would not be the same
+when applied twice leaves its id in the cluster, and a run with an id found there changes
+nothing: a Job whose name only had a `generateName` is named from the id (a second create finds
+it, marked with the id, and follows it); a rollback, a restart and a JSON patch write the id into
+the object's `scale-agent.io/operations` annotation in the same write, guarded by the
+resourceVersion they read. The others are the same applied twice: server-side apply, a merge or
+strategic patch, a scale, a pause or resume, and a delete (a second finds the object gone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +55,15 @@ PATCH_TYPES = {
 # Attempts of a write that the API server refused with 409 Conflict (an object changed between
 # our read and our write, or a create raced a delete); a field-manager conflict is not retried.
 CONFLICT_ATTEMPTS = 4
+# The ids of the last operations that changed an object in a way that is not the same when
+# applied twice (a rollback, a restart, a JSON patch), newest last; and of the operation that
+# created a Job. See the module's docstring.
+OPERATIONS_ANNOTATION = "scale-agent.io/operations"
+REMEMBERED_OPERATION_IDS = 8
+# What Kubernetes gives a generated name: at most 58 characters of the prefix, and 5 characters of
+# this alphabet (apiserver's names.SimpleNameGenerator, k8s.io/apimachinery's rand.String).
+GENERATED_PREFIX_MAX = 58
+GENERATED_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 REVISION = "deployment.kubernetes.io/revision"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 # Annotations a rollback leaves as the Deployment has them (kubectl's annotationsToSkip).
@@ -175,6 +195,9 @@ class Outcome:
     deadline: float | None = None
     # What the operation is doing now: named when its deadline cuts it short.
     step: str = ""
+    # The operation's id, left in the cluster by changes not the same when applied twice (see the
+    # module's docstring); "" leaves none.
+    operation: str = ""
 
     def record(self, kind: KindInfo, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -439,8 +462,27 @@ class ClusterOperations:
             raise bad_request(f"patchBody must be a JSON object for mergeStrategy {strategy}")
         manager = _text(request.get("fieldManager"), "fieldManager", required=False) or DEFAULT_FIELD_MANAGER
         out.step = f"patching {describe(kind, name, namespace)}"
-        patched = await self._retrying(lambda: self._patch(kind, namespace, name, body, PATCH_TYPES[strategy], manager))
-        out.record(kind, patched)
+        if strategy != "json" or not out.operation:
+            # A merge or strategic patch is the same applied twice (RFC 7386); a JSON patch may not
+            # be (an "add" to the end of a list), so it leaves the operation's id.
+            patched = await self._retrying(
+                lambda: self._patch(kind, namespace, name, body, PATCH_TYPES[strategy], manager)
+            )
+            out.record(kind, patched)
+            return
+
+        steps: list[Any] = body if isinstance(body, list) else []
+
+        async def marked(current: dict[str, Any]) -> dict[str, Any]:
+            meta = current.get("metadata") or {}
+            guarded = [
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+                _mark_operation(current, out.operation),
+                *steps,
+            ]
+            return await self._patch(kind, namespace, name, guarded, PATCH_TYPES["json"], manager)
+
+        await self._once(kind, namespace, name, out, marked)
 
     async def scale_manifest(self, request: dict[str, Any], out: Outcome) -> None:
         kind, namespace, name = await self._target(request)
@@ -473,9 +515,54 @@ class ClusterOperations:
                 f"a rolling restart is supported for Deployments, StatefulSets and DaemonSets, not {kind.kind}"
             )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}}
+        restart = {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}
         out.step = f"restarting {describe(kind, name, namespace)}"
-        out.record(kind, await self._patch(kind, namespace, name, patch, PATCH_TYPES["merge"]))
+        if not out.operation:
+            out.record(kind, await self._patch(kind, namespace, name, {"spec": restart}, PATCH_TYPES["merge"]))
+            return
+
+        async def marked(current: dict[str, Any]) -> dict[str, Any]:
+            meta = current.get("metadata") or {}
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "annotations": {OPERATIONS_ANNOTATION: _operation_marks(current, out.operation)},
+                },
+                "spec": restart,
+            }
+            return await self._patch(kind, namespace, name, patch, PATCH_TYPES["merge"])
+
+        await self._once(kind, namespace, name, out, marked)
+
+    async def _once(
+        self,
+        kind: KindInfo,
+        namespace: str,
+        name: str,
+        out: Outcome,
+        write: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+    ) -> None:
+        """`write(current)`, a change that leaves `out.operation`'s id on the object and is guarded
+        by the resourceVersion it read, unless the object carries that id already: then this
+        operation changed it before (on another agent, maybe) and it is not changed again."""
+        what = describe(kind, name, namespace)
+        for attempt in range(CONFLICT_ATTEMPTS):
+            current = await self.client.get(self._path(kind, namespace, name))
+            if _marked(current, out.operation):
+                log.info("operation %s: %s already carries its change; not applied again", out.operation, what)
+                out.output["alreadyApplied"] = (
+                    f"{what} already carries this operation's change (it was sent again); nothing was changed again"
+                )
+                out.record(kind, current)
+                return
+            try:
+                out.record(kind, await write(current))
+                return
+            except APIError as e:
+                if e.status != 409 or attempt == CONFLICT_ATTEMPTS - 1 or _is_field_manager_conflict(e):
+                    raise
+                log.info("write conflicted (%s); reading %s again", e.message, what)
+                await asyncio.sleep(0.05 * 2**attempt)
 
     async def undo_rollout_manifest(self, request: dict[str, Any], out: Outcome) -> None:
         """`kubectl rollout undo`: the Deployment's template becomes the one of the ReplicaSet of
@@ -489,6 +576,14 @@ class ClusterOperations:
         for attempt in range(CONFLICT_ATTEMPTS):
             out.step = f"reading the revisions of {what}"
             deployment = await self.client.get(self._path(kind, namespace, name))
+            if _marked(deployment, out.operation):
+                # Rolled back by this very operation before (it was sent again): a second undo
+                # would roll the rollback back.
+                out.output["alreadyApplied"] = (
+                    f"{what} was rolled back by this operation already (it was sent again); nothing was changed again"
+                )
+                out.record(kind, deployment)
+                return
             spec = deployment.get("spec") or {}
             if spec.get("paused"):
                 raise OperationFailed(
@@ -532,6 +627,8 @@ class ClusterOperations:
                 for k, v in ((history[target].get("metadata") or {}).get("annotations") or {}).items()
                 if k not in UNDO_KEEPS
             }
+            if out.operation:
+                annotations[OPERATIONS_ANNOTATION] = _operation_marks(deployment, out.operation)
             patch = [
                 {"op": "replace", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
                 {"op": "replace", "path": "/spec/template", "value": template},
@@ -713,18 +810,12 @@ class ClusterOperations:
         )
         meta["namespace"] = namespace
         out.step = f"creating job {meta.get('name') or meta['generateName'] + '...'} in namespace {namespace}"
-        job = await self.client.request(
-            "POST",
-            kind.path(namespace),
-            body={**manifest, "metadata": meta},
-            params={"fieldManager": DEFAULT_FIELD_MANAGER, "fieldValidation": "Strict"},
-        )
-        name = job["metadata"]["name"]
-        out.record(kind, job)
+        created = await self._create_job(kind, namespace, manifest, meta, out.operation)
+        name = created["metadata"]["name"]
+        out.record(kind, created)
         if request.get("waitForCompletion", True) is False:
             return
         out.step = f"waiting for job {name} in namespace {namespace} to complete"
-        created = job
         try:
             async with asyncio.timeout_at(_before(out.deadline)):
                 job = await self._wait(kind, namespace, name, lambda obj: obj is None or _job_finished(obj) is not None)
@@ -749,6 +840,48 @@ class ClusterOperations:
         out.output["logs"] = await self._job_logs(namespace, job)
         if outcome == "failed":
             raise OperationFailed(500, "JobFailed", f"job {name} in namespace {namespace} failed: {reason}")
+
+    async def _create_job(
+        self, kind: KindInfo, namespace: str, manifest: dict[str, Any], meta: dict[str, Any], op_id: str
+    ) -> dict[str, Any]:
+        """Create the Job once per operation id, whichever agent runs it and however often: the
+        Job carries the id, and a `generateName` is completed from the id rather than by the API
+        server, so that a second create meets the first Job and follows it. A name taken by a Job
+        of another operation moves a generated name on; a name given in full stays refused."""
+        params = {"fieldManager": DEFAULT_FIELD_MANAGER, "fieldValidation": "Strict"}
+        if not op_id:
+            return await self.client.request(
+                "POST", kind.path(namespace), body={**manifest, "metadata": meta}, params=params
+            )
+        prefix = None if meta.get("name") else str(meta["generateName"])
+        meta["annotations"] = {**(meta.get("annotations") or {}), OPERATIONS_ANNOTATION: op_id}
+        for attempt in range(CONFLICT_ATTEMPTS):
+            if prefix is not None:
+                meta.pop("generateName", None)
+                meta["name"] = generated_name(prefix, op_id, attempt)
+            try:
+                return await self.client.request(
+                    "POST", kind.path(namespace), body={**manifest, "metadata": meta}, params=params
+                )
+            except APIError as e:
+                if e.status != 409:
+                    raise
+                try:
+                    existing = await self.client.get(self._path(kind, namespace, meta["name"]))
+                except APIError as read:
+                    if read.status == 404:  # deleted meanwhile: create it again
+                        continue
+                    raise
+                if _marked(existing, op_id):
+                    log.info(
+                        "operation %s: job %s exists already, created by this operation; following it",
+                        op_id,
+                        meta["name"],
+                    )
+                    return existing
+                if prefix is None or attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _job_timed_out(
         self, kind: KindInfo, namespace: str, created: dict[str, Any], out: Outcome
@@ -871,6 +1004,42 @@ class ClusterOperations:
             return
         out.output["found"] = True
         out.record(kind, obj)
+
+
+def generated_name(prefix: str, op_id: str, attempt: int = 0) -> str:
+    """The name the API server could have generated from `prefix` (its length and alphabet), but
+    derived from the operation's id: the same for every agent that runs the operation."""
+    digest = hashlib.sha256(f"{op_id}/{attempt}".encode()).digest()
+    suffix = "".join(GENERATED_ALPHABET[b % len(GENERATED_ALPHABET)] for b in digest[:5])
+    return prefix[:GENERATED_PREFIX_MAX] + suffix
+
+
+def _operation_ids(obj: dict[str, Any]) -> list[str]:
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(OPERATIONS_ANNOTATION)
+    return [i for i in str(value or "").split(",") if i]
+
+
+def _marked(obj: dict[str, Any], op_id: str) -> bool:
+    """Whether `op_id` changed (or created) the object: its id is in OPERATIONS_ANNOTATION."""
+    return bool(op_id) and op_id in _operation_ids(obj)
+
+
+def _operation_marks(obj: dict[str, Any], op_id: str) -> str:
+    """OPERATIONS_ANNOTATION's value with `op_id` added last (the oldest ids go beyond the limit)."""
+    ids = [i for i in _operation_ids(obj) if i != op_id] + [op_id]
+    return ",".join(ids[-REMEMBERED_OPERATION_IDS:])
+
+
+def _mark_operation(obj: dict[str, Any], op_id: str) -> dict[str, Any]:
+    """The JSON patch operation that leaves `op_id` in the object's annotations."""
+    value = _operation_marks(obj, op_id)
+    if isinstance((obj.get("metadata") or {}).get("annotations"), dict):
+        return {
+            "op": "add",
+            "path": "/metadata/annotations/" + OPERATIONS_ANNOTATION.replace("/", "~1"),
+            "value": value,
+        }
+    return {"op": "add", "path": "/metadata/annotations", "value": {OPERATIONS_ANNOTATION: value}}
 
 
 def _ref(kind: KindInfo, namespace: str, name: str) -> dict[str, str]:
