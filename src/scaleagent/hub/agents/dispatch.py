@@ -11,10 +11,12 @@ network did: a timeout, a session that ends, or an account the answer leaves out
 `(False, reason)` for that account, so that callers (the REST API's state machine) can record a
 reason for each account without a special path.
 
-An agent whose identity (hub/auth/agents.py) does not allow an account's name is never sent it:
-`add` answers `(False, reason)` for that account without asking the agent (`sessions` offers a
-zone's accounts only to sessions whose identity allows the zone; the hub refuses a session that
-declares a zone its identity does not allow).
+An agent whose identity (hub/auth/agents.py) does not allow an account's name, or whose identity
+is not the one the account is bound to, is never sent it: `add` answers `(False, reason)` for that
+account without asking the agent. An unbound account is bound to the identity of the first
+session it is sent to, before it is sent, so its kubeconfig reaches one identity's agents only
+(`sessions` offers a zone's accounts only to sessions whose identity allows the zone; the hub
+refuses a session that declares a zone its identity does not allow).
 
 The kubeconfig is base64-encoded here, in memory, into the message and nowhere else; it is never
 logged.
@@ -32,6 +34,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from ...protocol import pb
+from ..store import StoreError
 from .registry import AccountRecord, Registry, Session
 
 log = logging.getLogger("scaleagent.hub.agents.dispatch")
@@ -95,18 +98,16 @@ class AccountDispatcher:
         """Ask the session's agent to follow these accounts (or to start them over with these
         settings); {name: (accepted, reason)}. Accepted means started, not yet watching."""
         names = _unique([a.name for a in accounts], "add")
-        refused = {
-            a.name: (False, f"agent identity {session.identity!r} may not stream account {a.name!r}")
-            for a in accounts
-            if not session.allows(a.name)
-        }
+        refused: dict[str, tuple[bool, str]] = {}
+        for a in accounts:
+            try:
+                why = await self.registry.may_receive(session, a.name)
+            except StoreError as e:
+                why = f"cannot tell which agent identity account {a.name!r} is bound to: {e}"
+            if why is not None:
+                refused[a.name] = (False, why)
+                log.warning("not sending account %s to agent %s: %s", a.name, session.agent_id, why)
         if refused:
-            log.warning(
-                "not sending account(s) %s to agent %s: %s",
-                ", ".join(refused),
-                session.agent_id,
-                f"its identity {session.identity!r} does not allow them",
-            )
             accounts = [a for a in accounts if a.name not in refused]
             names = [n for n in names if n not in refused]
         if not accounts:

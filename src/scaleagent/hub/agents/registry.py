@@ -526,6 +526,26 @@ class Registry:
             return None
         return self._reject(session, name, why, f"agent {session.agent_id} (identity {grant.name})")
 
+    async def may_receive(self, session: Session, name: str) -> str | None:
+        """Why `session` may not be sent dynamic account `name`'s credentials (None: it may).
+
+        The kubeconfig goes to the agents of one identity only: the one the account is bound to,
+        or, while it is unbound, this session's, which it is bound to now, before anything is sent
+        (so that a second identity of the same zone, asked next or at once, is refused). Raises
+        StoreError when the database cannot say."""
+        grant = session.grant
+        if grant is None or not grant.configured:
+            return None
+        if not grant.allows_account(name):
+            return f"agent identity {grant.name!r} may not stream account {name!r}"
+        bound = await self._binding(name, grant.name, session.zone_id, True)
+        if bound is not None and bound != grant.name:
+            return (
+                f"account {name!r} is bound to agent identity {bound!r}, and its credentials go only to that "
+                f"identity's agents, not to {grant.name!r} (an admin releases the binding to move the account)"
+            )
+        return None
+
     def _reject(self, session: Session, name: str, why: str, who: str) -> str:
         """`session` may not stream `name`: said once in the log, and to the listeners; returns `why`."""
         if session.rejected.get(name) != why:
