@@ -824,6 +824,10 @@ class Registry:
         if session.control is not None:
             session.control(pb.CachingControl(resync=pb.Resync(account=name)))
 
+    def waiting(self) -> list[str]:
+        """The accounts some session of this replica was refused or stands by for."""
+        return list(self._refused_by)
+
     def unblock(self, name: str, standby_only: bool = False) -> None:
         """Agents refused this name (or, with `standby_only`, only those standing by for it) may
         now claim it: ask them to describe it again."""

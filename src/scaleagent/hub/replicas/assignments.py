@@ -150,11 +150,17 @@ class Assignments:
 
     async def _check_held(self) -> None:
         """Give up accounts whose row another replica took; claim again rows that went missing
-        (cleaned while this replica could not reach the database)."""
+        (cleaned while this replica could not reach the database); wake the agents standing by
+        for accounts whose row is gone."""
         registry = self.registry
         if registry is None or self._leaving:  # a leaving replica claims nothing back
             return
         rows = {row.account: row for row in await self.shared.assignments()}
+        # Agents here standing by for an account no replica holds any more (its replica died and
+        # another replica, noticing first, released it): they may claim it now.
+        for name in registry.waiting():
+            if name not in rows and not registry.holds(name):
+                registry.unblock(name, standby_only=True)
         for name, record in list(registry.accounts.items()):
             if not registry.holds(name):
                 continue

@@ -1,0 +1,141 @@
+"""Drill: an operation in flight when its replica dies is resent to a standby agent, and the cluster
+still changes once (issue 29, item 1; docs/reliability.md "Nothing applied twice").
+
+Three hub replicas on PostgreSQL and two agents of the same account: agent-1 knows hub-a alone
+and streams the account; agent-2 knows hub-c alone and stands by. A runJob with `generateName`
+is sent through hub-b, which forwards it to hub-a; once agent-1 has created the Job, hub-a is
+killed. hub-b sends the operation again, with its id, to hub-c, whose agent-2 took the account
+over and never saw the first run. The drill compares the Jobs in the cluster with the task's
+report: one Job, and the task reports that one.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from tests.databases import emptied
+from tests.drills.replicas import start_replicas, stop
+from tests.helpers import AgentProcess, HubProcess, write_yaml
+
+pytestmark = pytest.mark.drill
+
+WAIT = 90.0
+NO_NODE = {"scale-agent.io/no-such-node": "true"}  # kubesim leaves the pod Pending (docs/kubesim.md)
+
+
+def start_agent(tmp: Path, name: str, hub: HubProcess, kubeconfig: Path) -> AgentProcess:
+    doc = {
+        "agentId": name,
+        "kubernetes": {
+            "accounts": [{"name": "shared", "kubeconfigFile": str(kubeconfig), "kinds": ["Namespace", "Job", "Pod"]}]
+        },
+        "server": {"port": 0},
+        "clouddriver": {
+            "grpc": f"localhost:{hub.grpc_port}",
+            "insecure": True,
+            "keepAliveHeartbeatSeconds": 1,
+            "keepAliveTimeOutSeconds": 2,
+        },
+    }
+    return AgentProcess(write_yaml(tmp / f"{name}.yaml", doc), print_events=False)
+
+
+def in_flight(agent: AgentProcess) -> list[dict]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(agent.health_url() + "/operations", timeout=10) as r:
+        return json.loads(r.read())["inFlight"]
+
+
+def until(condition, what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(0.2)  # a poll interval: the condition is checked again, never assumed
+
+
+def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(postgres_db, kubesim, tmp_path):
+    kubeconfig = kubesim.admin(0)
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    namespace, run = f"drill-once-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    hubs = start_replicas(
+        tmp_path, emptied(postgres_db), operations={"operationWaitMs": int(WAIT * 1000)}, sessions={"graceSeconds": 30}
+    )
+    a, b, c = hubs.values()
+    agents: list[AgentProcess] = []
+    try:
+        agents.append(start_agent(tmp_path, "agent-1", a, kubeconfig))
+        a.wait_until("/api/v1/accounts/shared", lambda d: d["agentState"] == "watching", what="agent-1 streams")
+        agents.append(start_agent(tmp_path, "agent-2", c, kubeconfig))
+        agents[1].wait_health(lambda d: d["hub"]["state"] == "connected", what="agent-2 standing by")
+
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"generateName": "migrate-", "labels": {"drill": run}},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "nodeSelector": NO_NODE,
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    }
+                },
+            },
+        }
+        status, created = b.post(
+            "/kubernetes/ops", [{"runJob": {"account": "shared", "manifest": job, "namespace": namespace}}]
+        )
+        assert status == 200, created
+
+        def jobs() -> list[str]:
+            return [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=f"drill={run}").items]
+
+        until(lambda: len(jobs()) == 1, "agent-1 creates the Job")
+        first = jobs()
+        a.proc.send_signal(signal.SIGKILL)
+        a.proc.wait()
+        killed = time.monotonic()
+        try:
+            until(lambda: any(op["type"] == "runJob" for op in in_flight(agents[1])), "the runJob resent to agent-2")
+        except AssertionError:
+            context = [
+                f"{n}: {line}" for n, h in hubs.items() for line in h.log if n != "hub-a" and "DEBUG" not in line
+            ]
+            raise AssertionError("\n".join(context[-60:]) + "\nagent-2:\n" + "\n".join(agents[1].stderr[-30:]))
+        resent = time.monotonic() - killed
+        after = jobs()
+        print(
+            f"\ndrill failover once: Jobs before hub-a died {first}, after the resend to agent-2 {after} ({resent:.1f}s)"
+        )
+        assert after == first
+
+        # The Job's pod finishes: the task completes, reporting the one Job there is.
+        pod = core.list_namespaced_pod(namespace, label_selector=f"job-name={first[0]}").items[0]
+        core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
+        deadline = time.monotonic() + WAIT
+        while True:
+            status, task = c.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)
+            assert status == 200, task
+            if task["state"] != "running" or time.monotonic() > deadline:
+                break
+        reported = [m["metadata"]["name"] for r in task["resultObjects"] for m in r.get("manifests", [])]
+        print(f"drill failover once: task {task['state']}, reporting {reported}; Jobs in the cluster {jobs()}")
+        assert task["state"] == "completed", yaml.safe_dump(task)
+        assert reported == first == jobs()
+    finally:
+        for agent in agents:
+            agent.stop()
+        stop(hubs)
+        core.delete_namespace(namespace)
