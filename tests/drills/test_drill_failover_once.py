@@ -113,7 +113,9 @@ def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(
             context = [
                 f"{n}: {line}" for n, h in hubs.items() for line in h.log if n != "hub-a" and "DEBUG" not in line
             ]
-            raise AssertionError("\n".join(context[-60:]) + "\nagent-2:\n" + "\n".join(agents[1].stderr[-30:]))
+            raise AssertionError(
+                "\n".join(context[-60:]) + "\nagent-2:\n" + "\n".join(agents[1].stderr[-30:])
+            ) from None
         resent = time.monotonic() - killed
         after = jobs()
         print(
