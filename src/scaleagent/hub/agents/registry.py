@@ -47,6 +47,9 @@ log = logging.getLogger("scaleagent.hub.registry")
 STANDING_BY = "standing by:"
 """How a refusal of an account that another agent streams begins (the agent stands by)."""
 
+NO_ONE = "\0no-one"
+"""A group no caller is in: the WRITE permission of an account only admins may use."""
+
 # The registry's presence of an account; the lifecycle's words are AccountState's (hub/states.py).
 ACTIVE, DISCONNECTED, ORPHANED = Presence.ACTIVE, Presence.DISCONNECTED, Presence.ORPHANED
 
@@ -203,6 +206,9 @@ class Registry:
         # Names whose `state` column the dynamic-accounts service owns: the registry still records
         # their cluster's identity, never their state.
         self.managed: set[str] = set()
+        # The `permissions` of those accounts as stored through the accounts API (`manage`): they,
+        # not what an agent describes, are the account's permissions (an agent cannot widen them).
+        self._stored_permissions: dict[str, dict[str, Any]] = {}
         # Called as listener(what, session, record) with what in "opened" (record None), "closed"
         # (record None), "described", "rejected" (a record standing for the refused claim, with the
         # reason) and "orphaned" (session None): how other parts of the hub follow agents and
@@ -434,6 +440,35 @@ class Registry:
                 fields["state"] = state
         self._queue_write(record.name, _Write(fields, record.name in self.managed))
 
+    def manage(self, name: str, permissions: dict[str, Any] | None) -> None:
+        """`name` is a dynamic account (the accounts service's), whose permissions are those
+        stored through the accounts API: they replace whatever its agent describes, now and in
+        every later description (none stored: none, so `auth.defaultPermissions` applies)."""
+        self.managed.add(name)
+        self._stored_permissions[name] = dict(permissions or {})
+        record = self.accounts.get(name)
+        if record is not None:
+            record.properties = self._with_stored_permissions(name, record.properties)
+
+    def unmanage(self, name: str) -> None:
+        """`name` is no dynamic account any more (deleted): an agent's file may define it again."""
+        self.managed.discard(name)
+        self._stored_permissions.pop(name, None)
+
+    def _with_stored_permissions(self, name: str, properties: dict[str, Any]) -> dict[str, Any]:
+        """A dynamic account's properties as described, with its stored permissions in place of
+        the agent's; a static account's as its agent describes them."""
+        if name not in self.managed:
+            return properties
+        kept = {key: value for key, value in properties.items() if key != "permissions"}
+        stored = self._stored_permissions.get(name)
+        if stored is None:
+            # Managed, but its row not read on this replica yet: no one but admins until it is.
+            stored = {"READ": [], "WRITE": [NO_ONE]}
+        if stored:
+            kept["permissions"] = stored
+        return kept
+
     def open(self, session: Session) -> Session:
         if session.id not in self.sessions:
             identity = self._identity_of[session.id] = session.identity
@@ -664,7 +699,7 @@ class Registry:
         record.fingerprint = fingerprint or record.fingerprint
         record.server_version = server_version or record.server_version
         record.agent_state, record.reason = agent_state, reason
-        record.kinds, record.properties = kinds, properties
+        record.kinds, record.properties = kinds, self._with_stored_permissions(name, properties)
         record.kinds_not_watching = list(kinds_not_watching or ())
         record.zone_id, record.agent_id = session.zone_id, session.agent_id
         if not was_serving or before != (
