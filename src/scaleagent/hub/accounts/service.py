@@ -214,8 +214,7 @@ class AccountsService:
                     "configured in an agent's own file)"
                 )
             raise Conflict(message) from None
-        for name, fields in rows.items():
-            self.registry.manage(name, fields["properties"].get("permissions"))
+        self._manage(created)
         self._deleted.difference_update(rows)
         log.info("dynamic accounts created: %s", ", ".join(rows))
         self._notify()
