@@ -219,6 +219,13 @@ class Registry:
         self.claims: Claims | None = None
         # The first wait before asking an agent again about an account the database could not claim.
         self.store_retry_seconds = 1.0
+        # Those accounts meanwhile, (session id, name) -> why, and the one task asking the
+        # database, every `store_probe_seconds` doubling to `store_probe_max_seconds`, whether it
+        # answers again: once it does, they are all asked for again at once (`_probe_store`).
+        self._waiting_for_store: dict[tuple[str, str], str] = {}
+        self._store_probe: asyncio.Task[None] | None = None
+        self.store_probe_seconds = 0.5
+        self.store_probe_max_seconds = 2.0
         self._background: set[asyncio.Task[Any]] = set()
         # Which agent identity each account is bound to: in the database, or here without one.
         self.bindings: BindingStore | None = None if store is None else BindingStore(store)
@@ -823,15 +830,46 @@ class Registry:
 
     def ask_again_later(self, session: Session, name: str, why: str) -> float:
         """The database could not say whether `session` may stream `name`: ask its agent to
-        describe it again after a wait that doubles with each failure in a row (1 s to 30 s).
-        Returns the wait."""
+        describe it again as soon as the database answers again (one query every 0.5 s to 2 s
+        finds out, however many accounts wait), or at the latest after a wait that doubles with
+        each failure in a row (1 s to 30 s). Returns that wait."""
         failures = session.store_failures[name] = session.store_failures.get(name, 0) + 1
         delay = min(30.0, self.store_retry_seconds * 2 ** (failures - 1))
         self._refused(session, name, why)
         asyncio.get_running_loop().call_later(delay, self._ask_again, session.id, name, why)
+        self._waiting_for_store[(session.id, name)] = why
+        if self.store is not None and self._store_probe is None:
+            self._store_probe = asyncio.get_running_loop().create_task(
+                self._probe_store(self.store), name="registry: is the database back"
+            )
+            self._background.add(self._store_probe)
+            self._store_probe.add_done_callback(self._background.discard)
         return delay
 
+    async def _probe_store(self, store: Store) -> None:
+        """While accounts wait for the database, ask it (one cheap read) whether it answers,
+        more and more rarely up to `store_probe_max_seconds`; once it does, ask their agents
+        for them again. An account would otherwise wait out its timer (up to 30 s) after the
+        database is back, DISCONNECTED, maybe past the grace period."""
+        delay = self.store_probe_seconds
+        try:
+            while self._waiting_for_store:
+                await asyncio.sleep(delay)
+                try:
+                    await store.get_account(next(iter(self._waiting_for_store))[1])
+                except StoreError:
+                    delay = min(self.store_probe_max_seconds, delay * 2)
+                    continue
+                waiting, self._waiting_for_store = self._waiting_for_store, {}
+                if waiting:
+                    log.info("the database answers again: %d account claim(s) asked for again", len(waiting))
+                for (session_id, name), why in waiting.items():
+                    self._ask_again(session_id, name, why)
+        finally:
+            self._store_probe = None
+
     def _ask_again(self, session_id: str, name: str, why: str) -> None:
+        self._waiting_for_store.pop((session_id, name), None)
         session = self.sessions.get(session_id)
         if session is None or session.rejected.get(name) != why:
             return  # the session ended, or the account was settled another way meanwhile
