@@ -84,7 +84,17 @@ class RawAgent:
     """A client speaking the protocol by hand (what an attacker holding a valid identity can do):
     it sends what the test says and records every control message the hub sends back."""
 
-    def __init__(self, hub: HubProcess, pki: HubPki, *, token: str | None, agent_id: str, zone: str, accounts=()):
+    def __init__(
+        self,
+        hub: HubProcess,
+        pki: HubPki,
+        *,
+        token: str | None,
+        agent_id: str,
+        zone: str,
+        accounts=(),
+        dynamic: bool = False,
+    ):
         creds = grpc.ssl_channel_credentials(
             root_certificates=pki.ca.read_bytes(),
             private_key=pki.client_key.read_bytes(),
@@ -101,7 +111,11 @@ class RawAgent:
         self.send(
             pb.CachingMessage(
                 hello=pb.Hello(
-                    protocol_version=PROTOCOL_VERSION, agent_id=agent_id, zone_id=zone, accounts=list(accounts)
+                    protocol_version=PROTOCOL_VERSION,
+                    agent_id=agent_id,
+                    zone_id=zone,
+                    accounts=list(accounts),
+                    dynamic_accounts_enabled=dynamic,
                 )
             )
         )

@@ -277,3 +277,50 @@ def hub_request(hub: HubProcess, method: str, path: str, body: object) -> int:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+async def test_an_agent_that_came_during_an_outage_is_asked_for_its_account_once_the_database_is_back(
+    database, tmp_path
+):
+    """Issue 29: an agent whose claim failed during an outage was asked for the account again
+    only when its timer ran out (up to 30 s), so the account stayed DISCONNECTED that much longer
+    after the database was back, and past the grace period would have been ORPHANED. It is asked
+    again as soon as the database answers, well before its timer runs out."""
+    import asyncio
+
+    from scaleagent.hub.agents.registry import Registry, Session
+    from scaleagent.hub.cache.cache import Cache
+    from scaleagent.hub.replicas.assignments import Assignments
+    from scaleagent.hub.replicas.forwarding import Forwarder
+    from scaleagent.hub.replicas.peers import Peer, PeerSet
+    from scaleagent.hub.store import Store, StoreError
+    from scaleagent.hub.store.shared import SharedStore
+    from tests.helpers import free_port
+
+    db_url, db = database
+    store = await Store.open(db_url)
+    me = Peer("hub-a", f"http://127.0.0.1:{free_port()}")
+    assignments = Assignments(SharedStore(store), PeerSet(me), Forwarder(me.id), period=60, missed_periods=3)
+    registry = Registry(Cache(), grace_seconds=60, replica=me.id, store=store)
+    registry.store_retry_seconds = 30.0  # as after five failures in a row: the timer waits its longest
+    assignments.attach(registry)
+    await registry.start(await assignments.start())
+    asked = asyncio.Event()
+    agent = registry.open(Session(agent_id="agent-1", zone_id="", agent_version="t", peer="p", replica=me.id))
+    agent.control = lambda m: asked.set() if m.WhichOneof("message") == "resync" else None
+    cluster = ("https://10.0.0.1:6443", "AA:01")
+    try:
+        db.refusing = True
+        db.cut()
+        with pytest.raises(StoreError):  # what the agent's link gets when it describes the account
+            await registry.admit(agent, "outage-claim", *cluster)
+        timer = registry.ask_again_later(agent, "outage-claim", "the hub cannot reach its database")
+        db.refusing = False
+
+        await asyncio.wait_for(asked.wait(), timer / 2)  # asked because the database answers, not by the timer
+        assert await registry.admit(agent, "outage-claim", *cluster) is None
+    finally:
+        db.refusing = False
+        await assignments.stop()
+        await registry.stop()
+        await store.close()

@@ -24,6 +24,7 @@ import trustme
 import yaml
 
 from scaleagent.hub.auth.callers import hash_token
+from scaleagent.protocol import pb
 
 from ..helpers import AgentProcess, HubProcess, make_hub_pki, write_yaml
 
@@ -125,6 +126,7 @@ def stack(kubesim, tmp_path_factory):
         print_events=False,
     )
     hub.tokens_file = tokens  # type: ignore[attr-defined]
+    hub.pki = pki  # type: ignore[attr-defined]
     callers = {n: Caller(hub, pki.ca, token_of(n)) for n in TOKENS}
     callers["nobody"] = Caller(hub, pki.ca)
     callers["dave"] = Caller(hub, pki.ca, cert=(directory / "dave.pem", directory / "dave-key.pem"))
@@ -352,3 +354,52 @@ def deploy_and_wait(caller: Caller, name: str, account: str) -> None:
     assert status == 200, created
     status, task = caller.call("GET", f"{created['resourceUri']}?waitSeconds=20")  # type: ignore[index]
     assert status == 200 and task["state"] == "completed", task  # type: ignore[index]
+
+
+def test_a_dynamic_accounts_stored_permissions_hold_whatever_its_agent_describes(stack):
+    """Issue 29: an agent that described a dynamic account without its permissions opened it to
+    every caller, while /armory/accounts still showed them. The permissions stored through the
+    accounts API are the account's, whatever its agent says (docs/accounts.md)."""
+    from .test_hub_agent_identities import RawAgent, welcomed
+
+    hub, callers = stack
+    carol, bob, eve = callers["carol"], callers["bob"], callers["eve"]
+    created = [{"name": "ops-dynamic", "zoneId": "raw", "permissions": {"READ": ["ops"], "WRITE": ["ops"]}}]
+    assert carol.call("POST", "/armory/accounts", created)[0] == 201
+    agent = RawAgent(hub, hub.pki, token=None, agent_id="raw-agent", zone="raw", dynamic=True)  # type: ignore[attr-defined]
+    try:
+        agent.wait(welcomed, "the welcome")
+        assert carol.call("PATCH", "/armory/accounts", [{"name": "ops-dynamic", "state": "ACTIVE"}])[0] == 202
+        sent = agent.wait(lambda m: m.WhichOneof("message") == "add_accounts", "the account sent to the agent")
+        assert sent is not None
+        answer = pb.AccountAnswer(name="ops-dynamic", accepted=True)
+        agent.send(
+            pb.CachingMessage(
+                accounts_answer=pb.AccountsAnswer(request_id=sent.add_accounts.request_id, answers=[answer])
+            )
+        )
+        # Its description names no permissions (an agent's bug, or an agent that widens them on purpose).
+        description = pb.Account(
+            name="ops-dynamic",
+            state="watching",
+            api_host="https://10.9.9.9:6443",
+            certificate_fingerprint="AB:CD",
+            kinds=["ConfigMap"],
+        )
+        description.properties.update({"namespaces": ["default"]})
+        agent.send(pb.CachingMessage(account=description))
+        agent.synced()
+        assert _wait(lambda: carol.call("GET", "/armory/accounts/ops-dynamic")[1]["state"] == "ACTIVE")  # type: ignore[index]
+        stored = carol.call("GET", "/armory/accounts/ops-dynamic")[1]
+        assert stored["permissions"] == {"READ": ["ops"], "WRITE": ["ops"]}, stored  # type: ignore[index]
+
+        status, body = eve.call("GET", "/api/v1/accounts/ops-dynamic/objects")
+        assert status == 403 and "READ" in body["error"] and "ops" in body["error"], body  # type: ignore[index]
+        status, body = eve.call("POST", "/kubernetes/ops", deploy("from-eve", "ops-dynamic"))
+        assert status == 403 and "WRITE" in body["error"], body  # type: ignore[index]
+        assert "ops-dynamic" not in names(eve.call("GET", "/api/v1/accounts")[1])
+        # The account shows the permissions that hold, and whoever is in the group reads it.
+        assert bob.call("GET", "/api/v1/accounts/ops-dynamic")[1]["properties"]["permissions"] == stored["permissions"]  # type: ignore[index]
+        assert bob.call("GET", "/api/v1/accounts/ops-dynamic/objects")[0] == 200
+    finally:
+        agent.close()

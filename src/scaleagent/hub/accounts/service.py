@@ -140,7 +140,7 @@ class AccountsService:
         a previous run left half done are failed (and so retried), and agents are followed from
         now on. Call it before agents can connect, so that none is missed."""
         rows = await self.store.list_accounts(source=SOURCE)
-        self.registry.managed.update(row.name for row in rows)
+        self._manage(rows)
         for row in rows:
             # With replicas, another replica may be carrying it out now: the periodic repair
             # (repair_stuck) settles the ones nobody is working on.
@@ -214,7 +214,7 @@ class AccountsService:
                     "configured in an agent's own file)"
                 )
             raise Conflict(message) from None
-        self.registry.managed.update(rows)
+        self._manage(created)
         self._deleted.difference_update(rows)
         log.info("dynamic accounts created: %s", ", ".join(rows))
         self._notify()
@@ -313,6 +313,7 @@ class AccountsService:
             self._handle(lambda: self._migrate(to_migrate), f"migration of {', '.join(to_migrate)}")
         if to_deactivate:
             self._handle(lambda: self._deactivate(to_deactivate), f"deactivation of {', '.join(to_deactivate)}")
+        self._manage(written)  # changed permissions hold at once, whatever the agent says
         by_name = {row.name: row for row in written}
         return [by_name.get(name, rows[name]) for name in names]
 
@@ -378,7 +379,7 @@ class AccountsService:
         for name in deleted:
             # While an agent still describes it, the registry must keep treating it as managed.
             if name not in self.registry.accounts:
-                self.registry.managed.discard(name)
+                self.registry.unmanage(name)
             else:
                 self._deleted.add(name)
                 record = self.registry.accounts[name]
@@ -468,6 +469,7 @@ class AccountsService:
         With `here_only` (asked by another replica), accounts no agent here may take stay TO_MIGRATE."""
         async with self._locked(names):
             rows = [r for r in await self.store.list_accounts(names=names, source=SOURCE) if r.state == S.TO_MIGRATE]
+            self._manage(rows)  # the permissions sent with it are those that hold here
             specs: dict[str, Any] = {}
             snapshots: dict[str, dict[str, Any]] = {}
             for row in rows:
@@ -904,7 +906,7 @@ class AccountsService:
         if not session.dynamic_accounts_enabled:
             return False
         rows = await self.store.list_accounts(states=[S.ACTIVE, S.ORPHANED], source=SOURCE, names=only or ())
-        self.registry.managed.update(r.name for r in rows)  # created through another replica, maybe
+        self._manage(rows)  # created through another replica, maybe
         names = [r.name for r in rows if self._wants(r, session)]
         if not names:
             return False
@@ -1038,6 +1040,12 @@ class AccountsService:
             self._handle(lambda: self._deactivate(deactivate), f"deactivation of {', '.join(deactivate)} (retry)")
 
     # --- helpers -------------------------------------------------------------------------------
+
+    def _manage(self, rows: Iterable[AccountRow]) -> None:
+        """These accounts are this service's: their permissions are the stored ones, whatever
+        their agents describe (registry.manage)."""
+        for row in rows:
+            self.registry.manage(row.name, (row.properties or {}).get("permissions"))
 
     async def _own(self, names: list[str]) -> dict[str, AccountRow]:
         """The dynamic accounts `names`, all of them, or UnknownAccounts."""

@@ -47,6 +47,9 @@ log = logging.getLogger("scaleagent.hub.registry")
 STANDING_BY = "standing by:"
 """How a refusal of an account that another agent streams begins (the agent stands by)."""
 
+NO_ONE = "\0no-one"
+"""A group no caller is in: the WRITE permission of an account only admins may use."""
+
 # The registry's presence of an account; the lifecycle's words are AccountState's (hub/states.py).
 ACTIVE, DISCONNECTED, ORPHANED = Presence.ACTIVE, Presence.DISCONNECTED, Presence.ORPHANED
 
@@ -203,6 +206,9 @@ class Registry:
         # Names whose `state` column the dynamic-accounts service owns: the registry still records
         # their cluster's identity, never their state.
         self.managed: set[str] = set()
+        # The `permissions` of those accounts as stored through the accounts API (`manage`): they,
+        # not what an agent describes, are the account's permissions (an agent cannot widen them).
+        self._stored_permissions: dict[str, dict[str, Any]] = {}
         # Called as listener(what, session, record) with what in "opened" (record None), "closed"
         # (record None), "described", "rejected" (a record standing for the refused claim, with the
         # reason) and "orphaned" (session None): how other parts of the hub follow agents and
@@ -213,6 +219,13 @@ class Registry:
         self.claims: Claims | None = None
         # The first wait before asking an agent again about an account the database could not claim.
         self.store_retry_seconds = 1.0
+        # Those accounts meanwhile, (session id, name) -> why, and the one task asking the
+        # database, every `store_probe_seconds` doubling to `store_probe_max_seconds`, whether it
+        # answers again: once it does, they are all asked for again at once (`_probe_store`).
+        self._waiting_for_store: dict[tuple[str, str], str] = {}
+        self._store_probe: asyncio.Task[None] | None = None
+        self.store_probe_seconds = 0.5
+        self.store_probe_max_seconds = 2.0
         self._background: set[asyncio.Task[Any]] = set()
         # Which agent identity each account is bound to: in the database, or here without one.
         self.bindings: BindingStore | None = None if store is None else BindingStore(store)
@@ -433,6 +446,35 @@ class Registry:
                 record.stored = state
                 fields["state"] = state
         self._queue_write(record.name, _Write(fields, record.name in self.managed))
+
+    def manage(self, name: str, permissions: dict[str, Any] | None) -> None:
+        """`name` is a dynamic account (the accounts service's), whose permissions are those
+        stored through the accounts API: they replace whatever its agent describes, now and in
+        every later description (none stored: none, so `auth.defaultPermissions` applies)."""
+        self.managed.add(name)
+        self._stored_permissions[name] = dict(permissions or {})
+        record = self.accounts.get(name)
+        if record is not None:
+            record.properties = self._with_stored_permissions(name, record.properties)
+
+    def unmanage(self, name: str) -> None:
+        """`name` is no dynamic account any more (deleted): an agent's file may define it again."""
+        self.managed.discard(name)
+        self._stored_permissions.pop(name, None)
+
+    def _with_stored_permissions(self, name: str, properties: dict[str, Any]) -> dict[str, Any]:
+        """A dynamic account's properties as described, with its stored permissions in place of
+        the agent's; a static account's as its agent describes them."""
+        if name not in self.managed:
+            return properties
+        kept = {key: value for key, value in properties.items() if key != "permissions"}
+        stored = self._stored_permissions.get(name)
+        if stored is None:
+            # Managed, but its row not read on this replica yet: no one but admins until it is.
+            stored = {"READ": [], "WRITE": [NO_ONE]}
+        if stored:
+            kept["permissions"] = stored
+        return kept
 
     def open(self, session: Session) -> Session:
         if session.id not in self.sessions:
@@ -684,7 +726,7 @@ class Registry:
         record.fingerprint = fingerprint or record.fingerprint
         record.server_version = server_version or record.server_version
         record.agent_state, record.reason = agent_state, reason
-        record.kinds, record.properties = kinds, properties
+        record.kinds, record.properties = kinds, self._with_stored_permissions(name, properties)
         record.kinds_not_watching = list(kinds_not_watching or ())
         record.zone_id, record.agent_id = session.zone_id, session.agent_id
         if not was_serving or before != (
@@ -808,15 +850,46 @@ class Registry:
 
     def ask_again_later(self, session: Session, name: str, why: str) -> float:
         """The database could not say whether `session` may stream `name`: ask its agent to
-        describe it again after a wait that doubles with each failure in a row (1 s to 30 s).
-        Returns the wait."""
+        describe it again as soon as the database answers again (one query every 0.5 s to 2 s
+        finds out, however many accounts wait), or at the latest after a wait that doubles with
+        each failure in a row (1 s to 30 s). Returns that wait."""
         failures = session.store_failures[name] = session.store_failures.get(name, 0) + 1
         delay = min(30.0, self.store_retry_seconds * 2 ** (failures - 1))
         self._refused(session, name, why)
         asyncio.get_running_loop().call_later(delay, self._ask_again, session.id, name, why)
+        self._waiting_for_store[(session.id, name)] = why
+        if self.store is not None and self._store_probe is None:
+            self._store_probe = asyncio.get_running_loop().create_task(
+                self._probe_store(self.store), name="registry: is the database back"
+            )
+            self._background.add(self._store_probe)
+            self._store_probe.add_done_callback(self._background.discard)
         return delay
 
+    async def _probe_store(self, store: Store) -> None:
+        """While accounts wait for the database, ask it (one cheap read) whether it answers,
+        more and more rarely up to `store_probe_max_seconds`; once it does, ask their agents
+        for them again. An account would otherwise wait out its timer (up to 30 s) after the
+        database is back, DISCONNECTED, maybe past the grace period."""
+        delay = self.store_probe_seconds
+        try:
+            while self._waiting_for_store:
+                await asyncio.sleep(delay)
+                try:
+                    await store.get_account(next(iter(self._waiting_for_store))[1])
+                except StoreError:
+                    delay = min(self.store_probe_max_seconds, delay * 2)
+                    continue
+                waiting, self._waiting_for_store = self._waiting_for_store, {}
+                if waiting:
+                    log.info("the database answers again: %d account claim(s) asked for again", len(waiting))
+                for (session_id, name), why in waiting.items():
+                    self._ask_again(session_id, name, why)
+        finally:
+            self._store_probe = None
+
     def _ask_again(self, session_id: str, name: str, why: str) -> None:
+        self._waiting_for_store.pop((session_id, name), None)
         session = self.sessions.get(session_id)
         if session is None or session.rejected.get(name) != why:
             return  # the session ended, or the account was settled another way meanwhile

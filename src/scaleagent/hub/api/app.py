@@ -103,7 +103,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
     async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code)
+        return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code, headers=e.headers)
 
     @app.exception_handler(RequestValidationError)  # routes are HubRoutes; this is for any that is not
     async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:

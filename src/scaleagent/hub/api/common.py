@@ -102,6 +102,15 @@ def error_response(status: int, message: str, problems: list[str] | None = None)
     return JSONResponse(body, status_code=status)
 
 
+DATABASE_RETRY_AFTER_SECONDS = 5
+"""The Retry-After of a 503 given because the hub's database does not answer."""
+
+
+def database_unreachable(message: str) -> HTTPException:
+    """A 503 whose reason is the database (`message` says so), with a Retry-After."""
+    return HTTPException(503, message, headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
+
+
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body, or BodyTooLarge naming the limit once more than `limit` bytes came (or
     were announced by Content-Length): a client cannot make the hub hold more than that."""

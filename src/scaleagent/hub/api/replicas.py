@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -26,7 +26,7 @@ from ..auth.access import WRITE
 from ..replicas.forwarding import HOP_HEADER, PeerUnreachable
 from ..replicas.peers import Peer
 from ..store import StoreError
-from .common import HubRoute, error_response, json_body
+from .common import HubRoute, database_unreachable, error_response, json_body
 from .deps import ApiDeps
 from .schemas import (
     ACCOUNTS_BODY,
@@ -66,15 +66,22 @@ def forwarded(request: Request) -> bool:
 
 
 async def holder_elsewhere(deps: ApiDeps, account: str, hop: bool) -> Peer | None:
-    """The other replica whose agent streams `account`, when the request should go there."""
+    """The other replica whose agent streams `account`, when the request should go there.
+
+    Raises a 503 (HTTPException, with Retry-After) when the database cannot say: this replica
+    does not hold the account, so it cannot tell whether another one does (a 404 from here
+    would say a live account does not exist)."""
     if not deps.replicated or hop or deps.operations.local(account):
         return None
     assert deps.assignments is not None
     try:
         return await deps.assignments.locate(account)
     except StoreError as e:
-        log.warning("account %s: cannot tell which replica streams it (%s); answering from this one", account, e)
-        return None
+        log.warning("account %s: cannot tell which replica streams it (%s)", account, e)
+        raise database_unreachable(
+            f"account {account!r} is not streamed through this hub replica, and which replica streams it "
+            f"cannot be told: the hub's database does not answer ({e}); try again shortly"
+        ) from None
 
 
 async def forward(
@@ -112,7 +119,13 @@ class AccountForwarding:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        peer = await holder_elsewhere(self.deps, account, HOP_HEADER.lower() in headers)
+        try:
+            peer = await holder_elsewhere(self.deps, account, HOP_HEADER.lower() in headers)
+        except HTTPException as e:
+            refused = error_response(e.status_code, e.detail)
+            refused.headers.update(e.headers or {})
+            await refused(scope, receive, send)
+            return
         if peer is None:
             await self.app(scope, receive, send)
             return

@@ -28,7 +28,7 @@ from ..auth.principal import ANONYMOUS, CURRENT, Principal
 from ..replicas.forwarding import ON_BEHALF_HEADER, REPLICA_TOKEN_HEADER
 from ..store import StoreError
 from .audit import WRITES, audit_line, audit_refusal
-from .common import error_response
+from .common import database_unreachable, error_response
 from .dashboard import DASHBOARD_PATHS
 from .docs import DOCS_PATHS
 
@@ -177,16 +177,22 @@ def from_replica(request: Request) -> bool:
 
 
 async def account_permissions(deps: Any, account: str) -> Any:
-    """The account's `permissions`: what its agent (or the accounts API) said, as the registry
-    holds it, or the database row when this replica does not hold the account."""
+    """The account's `permissions`, as the registry holds them (a static account's from its
+    agent's description, a dynamic account's as stored through the accounts API:
+    `Registry.manage`), or the database row when this replica does not hold the account; a 503
+    (with Retry-After) when that row cannot be read."""
     record = deps.registry.accounts.get(account)
     if record is not None:
         return (record.properties or {}).get("permissions")
     try:
         row = await deps.accounts.store.get_account(account)
     except StoreError as e:
-        log.warning("account %s: cannot read its permissions (%s); only admins are let through", account, e)
-        return {"READ": [], "WRITE": ["\0no-one"]}
+        # Not held here: who may use it is the database's to say (admins are not asked).
+        log.warning("account %s: cannot read its permissions (%s)", account, e)
+        raise database_unreachable(
+            f"who may use account {account!r} cannot be told: it is not held by this hub replica and the "
+            f"hub's database does not answer ({e}); try again shortly"
+        ) from None
     return (row.properties or {}).get("permissions") if row is not None else None
 
 
