@@ -141,3 +141,67 @@ def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(
             agent.stop()
         stop(hubs)
         core.delete_namespace(namespace)
+
+
+def test_a_task_whose_replica_dies_ends_with_the_result_the_streaming_replica_received(postgres_db, kubesim, tmp_path):
+    """Issue 29, item 5: the task is received by hub-b, its runJob runs on hub-a's agent, and hub-b
+    dies while the Job runs. The Job completes; hub-a has the agent's result, and the task, read
+    from hub-c, ends with it rather than "may have been carried out"."""
+    kubeconfig = kubesim.admin(0)
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    namespace, run = f"drill-outcome-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    hubs = start_replicas(tmp_path, emptied(postgres_db), operations={"operationWaitMs": int(WAIT * 1000)})
+    a, b, c = hubs.values()
+    agent = None
+    try:
+        agent = start_agent(tmp_path, "agent-1", a, kubeconfig)
+        a.wait_until("/api/v1/accounts/shared", lambda d: d["agentState"] == "watching", what="agent-1 streams")
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"generateName": "report-", "labels": {"drill": run}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "nodeSelector": NO_NODE,
+                        "containers": [{"name": "c", "image": "busybox"}],
+                    }
+                }
+            },
+        }
+        operations = [{"runJob": {"account": "shared", "manifest": job, "namespace": namespace}}]
+        status, created = b.post("/kubernetes/ops", operations)
+        assert status == 200, created
+
+        def jobs() -> list[str]:
+            return [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=f"drill={run}").items]
+
+        until(lambda: len(jobs()) == 1, "agent-1 creates the Job")
+        until(lambda: any(op["type"] == "runJob" for op in in_flight(agent)), "agent-1 waits for the Job")
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait()
+        pod = core.list_namespaced_pod(namespace, label_selector=f"job-name={jobs()[0]}").items[0]
+        core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
+        deadline = time.monotonic() + WAIT
+        while True:
+            status, task = c.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)
+            assert status == 200, task
+            if task["state"] != "running":
+                break
+            assert time.monotonic() < deadline, "the task never ended"
+        reported = [m["metadata"]["name"] for r in task["resultObjects"] for m in r.get("manifests", [])]
+        print(
+            f"\ndrill task outcome: hub-b (its replica) killed; the task read from hub-c is {task['state']}, "
+            f"reporting {reported}; Jobs in the cluster {jobs()}"
+        )
+        assert task["state"] == "completed", yaml.safe_dump(task)
+        assert reported == jobs()
+        assert any("recorded by that replica" in h["status"] for h in task["history"]), task["history"]
+    finally:
+        if agent is not None:
+            agent.stop()
+        stop(hubs)
+        core.delete_namespace(namespace)

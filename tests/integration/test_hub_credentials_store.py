@@ -68,7 +68,7 @@ async def test_a_database_at_0002_is_upgraded_keeping_its_accounts(db_url: str) 
         assert [(a.name, a.state) for a in await store.list_accounts()] == [("old", "ACTIVE")]
         await store.create_credentials("new", "kubernetes", {"type": "kubernetes", "name": "new"})
         assert [c.name for c in await store.list_credentials()] == ["new"]
-    assert HEAD == "0005"
+    assert HEAD == "0006"
 
 
 async def test_create_get_update_delete(store: Store) -> None:

@@ -14,9 +14,14 @@ operation's deadline, the task still completes (the cluster did change) and its 
 Tasks are kept in the database (`kubesvc_tasks`) as well as in the memory of the replica running
 them, so `GET /task/{id}` answers from any replica and after a restart; the oldest finished ones go
 beyond `operations.maxTasks`. A task whose replica stopped while it ran (a restart, or a replica
-found dead by the others) ends FAILED saying so: each operation carries an id the agent remembers,
-so an operation is never applied twice, but whether the last one was applied before the replica
-stopped cannot be known by then.
+found dead by the others) is ended by another replica. An operation forwarded to the replica whose
+agent streams its account is recorded there, running and then with its result
+(`kubesvc_operation_results`), until the task's replica has saved the task with it: so the task
+ends with what really happened to that operation (COMPLETED when it was the last and succeeded;
+FAILED with its own error, or saying which operations were not run). Only an operation whose
+result no replica recorded (one this replica ran itself, or whose replica died too) leaves the
+task FAILED saying it may have been carried out: each operation carries an id that keeps it from
+being applied twice, but whether it was applied cannot be known then.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
@@ -35,8 +40,9 @@ import orjson
 from .agents.routing import OperationReply
 from .cache.cache import APPLICATION, CLUSTER, Cache
 from .numbers import INT32_MAX, INT64_MAX, whole_number
+from .replicas.operations import TaskPosition
 from .store import StoreError
-from .store.shared import SharedStore
+from .store.shared import SharedStore, StoredOperation
 
 log = logging.getLogger("scaleagent.hub.tasks")
 
@@ -77,7 +83,13 @@ class Operations(Protocol):
     """What runs one operation on an account's agent, here or on another replica."""
 
     async def run(
-        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+        self,
+        account: str,
+        type_: str,
+        request: dict[str, Any],
+        timeout: float,
+        op_id: str = "",
+        task: TaskPosition | None = None,
     ) -> OperationReply: ...
 
 
@@ -106,6 +118,8 @@ class Task:
     accounts: list[str] = field(default_factory=list)
     user: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    # Whether another replica ran one of its operations (and may have kept its result for it).
+    forwarded: bool = field(default=False, repr=False)
 
     def log(self, phase: str, status: str) -> None:
         self.history.append({"phase": phase, "status": status, "timestamp": int(time.time() * 1000)})
@@ -263,19 +277,73 @@ class TaskRunner:
         await self.end_tasks_of([self.replica], "the hub replica running it restarted")
 
     async def end_tasks_of(self, replicas: Collection[str], why: str) -> int:
-        """End the tasks still marked running by these replicas (stopped or dead): FAILED, why."""
+        """End the tasks still marked running by these replicas (stopped or dead), with the results
+        other replicas recorded for them (module docstring). A task whose forwarded operation runs
+        on a live replica is left to that replica, which ends it when the operation does."""
         if self.shared is None:
             return 0
         ended = 0
+        live = {r.id for r in await self.shared.replicas()} - set(replicas)
         for row in await self.shared.running_tasks(replicas):
-            doc = _failed_document(orjson.loads(row.document), f"{why} while the task ran")
-            if await self.shared.end_task(
-                row.id, expect_replica=row.replica, state=FAILED, document=orjson.dumps(doc).decode()
-            ):
+            if row.replica in live:
+                continue  # its replica lost the holder of its operation, and sends it again
+            if await self._end(row.id, row.replica, row.document, live, f"{why} while the task ran"):
                 ended += 1
         if ended:
-            log.warning("%d task(s) of replica(s) %s ended as failed: %s", ended, ", ".join(replicas), why)
+            log.warning("%d task(s) of replica(s) %s ended: %s", ended, ", ".join(replicas), why)
         return ended
+
+    async def _end(self, task_id: str, replica: str, document: str, live: Collection[str], why: str) -> bool:
+        """End a task whose replica is gone; False while one of its operations runs on a live replica."""
+        assert self.shared is not None
+        operations = await self.shared.task_operations(task_id)
+        if any(o.state == RUNNING and o.replica in live for o in operations):
+            return False
+        doc = _ended_document(orjson.loads(document), operations, why)
+        if not await self.shared.end_task(
+            task_id, expect_replica=replica, state=doc["state"], document=orjson.dumps(doc).decode()
+        ):
+            return False
+        log.warning("task %s of hub replica %s ended %s: %s", task_id, replica, doc["state"], why)
+        return True
+
+    async def run_forwarded(
+        self,
+        position: TaskPosition,
+        op_id: str,
+        type_: str,
+        account: str,
+        run: Callable[[], Awaitable[OperationReply]],
+    ) -> OperationReply:
+        """Run an operation another replica forwarded for its task, recording it as it starts and
+        with its result, so that the task ends with that result even if its replica dies before it
+        reads the answer: then this replica ends the task itself. The database failing never
+        fails the operation (the task's replica still reads the answer)."""
+        if self.shared is None:
+            return await run()
+        record = StoredOperation(
+            op_id, position.task, position.position, position.count, type_, account, self.replica, RUNNING, None
+        )
+        await self._record(record)
+        reply = await run()
+        await self._record(replace(record, state="done", document=orjson.dumps(reply.document()).decode()))
+        try:
+            row = await self.shared.get_task(position.task)
+            if row is not None and row.state == RUNNING:
+                live = {r.id for r in await self.shared.replicas()}
+                if row.replica not in live:
+                    why = f"hub replica {row.replica} stopped while the task ran"
+                    await self._end(row.id, row.replica, row.document, live, why)
+        except StoreError as e:
+            log.error("task %s: cannot tell whether its replica is still there: %s", position.task, e)
+        return reply
+
+    async def _record(self, operation: StoredOperation) -> None:
+        assert self.shared is not None
+        try:
+            await self.shared.put_operation(operation)
+        except StoreError as e:
+            log.error("operation %s of task %s: cannot record it: %s", operation.operation_id, operation.task_id, e)
 
     async def submit(self, operations: list[Operation], user: str = "") -> Task:
         """Create a task (recorded before its id is given out: any replica can read it) and run it."""
@@ -293,7 +361,13 @@ class TaskRunner:
         if self.shared is None:
             return
         try:
-            await self.shared.put_task(task.id, self.replica, task.state, orjson.dumps(task.document()).decode())
+            await self.shared.put_task(
+                task.id,
+                self.replica,
+                task.state,
+                orjson.dumps(task.document()).decode(),
+                forget_operations=task.forwarded,
+            )
             self._saves += 1
             if self._saves % 1000 == 0:
                 await self.shared.trim_tasks(self.max_tasks)
@@ -323,7 +397,7 @@ class TaskRunner:
     async def _operations(self, task: Task, operations: list[Operation]) -> None:
         try:
             for i, op in enumerate(operations):
-                if not await self._one(task, op, f"{task.id}-{i}"):
+                if not await self._one(task, op, f"{task.id}-{i}", TaskPosition(task.id, i, len(operations))):
                     return
                 if i < len(operations) - 1:
                     # Progress, for a reader after this replica died; the end is saved once the
@@ -347,28 +421,20 @@ class TaskRunner:
             }
             task.finish(FAILED, "Orchestration failed.")
 
-    async def _one(self, task: Task, op: Operation, op_id: str) -> bool:
+    async def _one(self, task: Task, op: Operation, op_id: str, position: TaskPosition) -> bool:
         phase = PHASES[op.type]
         task.log(phase, f"Sending {op.type} to the agent of account {op.account}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.operation_wait
-        reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait, op_id)
+        reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait, op_id, position)
+        task.forwarded = task.forwarded or bool(reply.replica)
         result = _result_object(op, reply)
         if result:
             task.result_objects.append(result)
         if not reply.ok:
-            error = reply.error or {}
-            message = f"{op.type} on account {op.account} failed: {error.get('message') or 'no reason given'}"
+            task.exception = _exception(op, reply)
+            message = task.exception["message"]
             task.log(phase, message)
-            task.exception = {
-                "message": message,
-                "code": error.get("code", 500),
-                "reason": error.get("reason", ""),
-                "operation": op.type,
-                "account": op.account,
-            }
-            if "details" in error:
-                task.exception["details"] = error["details"]
             log.info("task %s: %s", task.id, message)
             task.finish(FAILED, "Orchestration failed.")
             return False
@@ -477,6 +543,85 @@ def _summary(op: Operation, reply: OperationReply) -> str:
         )
     names = [f"{o.get('kind')} {(o.get('metadata') or {}).get('name')}" for o in reply.objects]
     return ", ".join(names) or "done"
+
+
+def _exception(op: Operation, reply: OperationReply) -> dict[str, Any]:
+    """A failed operation as its task's `exception` tells it."""
+    error = reply.error or {}
+    exception = {
+        "message": f"{op.type} on account {op.account} failed: {error.get('message') or 'no reason given'}",
+        "code": error.get("code", 500),
+        "reason": error.get("reason", ""),
+        "operation": op.type,
+        "account": op.account,
+    }
+    if "details" in error:
+        exception["details"] = error["details"]
+    return exception
+
+
+def _ended_document(doc: dict[str, Any], operations: list[StoredOperation], why: str) -> dict[str, Any]:
+    """A stored task document ended by another replica than its own, which is gone: with the
+    results other replicas recorded for its operations, else as failed (`_failed_document`)."""
+    done = [o for o in operations if o.state == "done" and o.document]
+    if not done:
+        return _failed_document(doc, why)
+    now = int(time.time() * 1000)
+    history = list(doc.get("history") or [])
+    results = list(doc.get("resultObjects") or [])
+    exception: dict[str, Any] | None = None
+    last, reply = done[-1], OperationReply(False)
+    for recorded in done:
+        op = Operation(recorded.type, recorded.account, {})
+        reply = OperationReply.from_document(orjson.loads(recorded.document or "null"), recorded.replica)
+        phase = PHASES.get(op.type, ORCHESTRATION)
+        if result := _result_object(op, reply):
+            results.append(result)
+        if reply.ok:
+            status = (
+                f"Agent {reply.agent_id} (through hub replica {recorded.replica}) ran {op.type}: {_summary(op, reply)}"
+            )
+            exception = None
+        else:
+            exception = _exception(op, reply)
+            status = exception["message"]
+        history.append(
+            {"phase": phase, "status": f"{status} (recorded by that replica, since {why})", "timestamp": now}
+        )
+        last = recorded
+    if not reply.ok:
+        state = FAILED
+    elif last.position == last.count - 1:
+        state = COMPLETED
+    else:
+        state = FAILED
+        left = last.count - last.position - 1
+        exception = {
+            "message": f"{why}; operation {last.position + 1} of {last.count} ({last.type}) was carried out (hub "
+            f"replica {last.replica} recorded its result), the {left} after it were not run",
+            "code": 503,
+            "reason": "ServiceUnavailable",
+        }
+    ended = "Orchestration completed." if state == COMPLETED else "Orchestration failed."
+    history.append({"phase": ORCHESTRATION, "status": ended, "timestamp": now})
+    out = {
+        **doc,
+        "state": state,
+        "status": {
+            "phase": ORCHESTRATION,
+            "status": ended,
+            "completed": True,
+            "failed": state == FAILED,
+            "retryable": False,
+        },
+        "history": history,
+        "resultObjects": results,
+        "endTimeMs": now,
+    }
+    out.pop("exception", None)
+    if exception is not None:
+        out["exception"] = exception
+    return out
 
 
 def _failed_document(doc: dict[str, Any], why: str) -> dict[str, Any]:

@@ -220,11 +220,18 @@ class OperationRouter:
         return min(ready, key=lambda s: (busy[s.id], s.connected_at))
 
     async def run(
-        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+        self,
+        account: str,
+        type_: str,
+        request: dict[str, Any],
+        timeout: float,
+        op_id: str = "",
+        task: object | None = None,
     ) -> OperationReply:
         """Run one operation on the agent serving `account`, giving it `timeout` seconds. The same
-        `op_id` sent again (after a replica failed) is answered by the agent from memory, not
-        applied twice."""
+        `op_id` sent again (after a replica failed) is not applied twice (the agent's memory, and
+        the id the operation leaves in the cluster). `task`, where the operation stands in its
+        task, matters only to an operation forwarded to another replica (hub/replicas)."""
         op_id = op_id or uuid.uuid4().hex
         if op_id in self._pending:
             return OperationReply.failure(409, "Conflict", f"operation {op_id} is already running on this replica")

@@ -22,8 +22,10 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..agents.routing import OperationReply
 from ..auth.access import WRITE
 from ..replicas.forwarding import HOP_HEADER, PeerUnreachable
+from ..replicas.operations import TaskPosition
 from ..replicas.peers import Peer
 from ..store import StoreError
 from .common import HubRoute, database_unreachable, error_response, json_body
@@ -201,12 +203,24 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         assert isinstance(op, dict)
         await check_account(deps, request, WRITE, op["account"])  # for the caller the replica acts for
         timeout = min(op["timeoutMs"], 3_600_000) / 1000
-        reply = await deps.operations.run_here(op["account"], op["type"], op.get("request") or {}, timeout, op["id"])
-        if reply.ok and reply.expect:
-            missed = await deps.cache.wait_for(op["account"], reply.expect, min(timeout, 10.0))
-            reply.cache_missed = [f"{x.kind} {x.name}" for x in missed]
-        elif reply.ok:
-            reply.cache_missed = []
+
+        async def run() -> OperationReply:
+            reply = await deps.operations.run_here(
+                op["account"], op["type"], op.get("request") or {}, timeout, op["id"]
+            )
+            if reply.ok and reply.expect:
+                missed = await deps.cache.wait_for(op["account"], reply.expect, min(timeout, 10.0))
+                reply.cache_missed = [f"{x.kind} {x.name}" for x in missed]
+            elif reply.ok:
+                reply.cache_missed = []
+            return reply
+
+        task = op.get("task")
+        if task is None:
+            reply = await run()
+        else:
+            position = TaskPosition(task["id"], task["position"], task["count"])
+            reply = await deps.tasks.run_forwarded(position, op["id"], op["type"], op["account"], run)
         return Response(orjson.dumps(reply.document()), media_type="application/json")
 
     @api.post(
@@ -290,4 +304,21 @@ def _operation_problems(op: Any) -> list[str]:
     timeout = op.get("timeoutMs")
     if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 3_600_000:
         problems.append("operation.timeoutMs: a whole number from 1 to 3600000 is required")
+    task = op.get("task")
+    if task is not None:
+        count = task.get("count") if isinstance(task, dict) else None
+        position = task.get("position") if isinstance(task, dict) else None
+        if (
+            not isinstance(task, dict)
+            or not isinstance(task.get("id"), str)
+            or not 1 <= len(task["id"]) <= 64
+            or not _whole(count, 1, 10_000)
+            or not _whole(position, 0, 9_999)
+            or position >= count  # type: ignore[operator]
+        ):
+            problems.append("operation.task must be {id: 1-64 characters, position: 0 to count-1, count: 1 to 10000}")
     return problems
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high

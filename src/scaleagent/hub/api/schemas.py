@@ -425,6 +425,17 @@ FORWARDED_OPERATION_BODY = body_schema(
                     "type": {"type": "string", "minLength": 1, "maxLength": 253},
                     "request": {"type": "object", "additionalProperties": True},
                     "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 3_600_000},
+                    "task": {
+                        "type": "object",
+                        "description": "The task the operation belongs to, and where in it: the replica "
+                        "running the operation records its result for the task (docs/ha.md)",
+                        "required": ["id", "position", "count"],
+                        "properties": {
+                            "id": {"type": "string", "minLength": 1, "maxLength": 64},
+                            "position": {"type": "integer", "minimum": 0, "maximum": 9_999},
+                            "count": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                        },
+                    },
                 },
             }
         },

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,6 +30,19 @@ log = logging.getLogger("scaleagent.hub.replicas.operations")
 
 OPERATIONS_PATH = "/armory/agent/operations"
 """The seeds' endpoint for an operation forwarded by another replica."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPosition:
+    """Where an operation stands in its task: forwarded with it, so that the replica running it
+    can record its result for the task should the task's own replica die (hub/tasks.py)."""
+
+    task: str
+    position: int
+    count: int
+
+    def document(self) -> dict[str, Any]:
+        return {"id": self.task, "position": self.position, "count": self.count}
 
 
 class ReplicaOperations:
@@ -56,18 +70,31 @@ class ReplicaOperations:
         return record is not None and record.state == ACTIVE and bool(record.sessions)
 
     async def run(
-        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str = ""
+        self,
+        account: str,
+        type_: str,
+        request: dict[str, Any],
+        timeout: float,
+        op_id: str = "",
+        task: TaskPosition | None = None,
     ) -> OperationReply:
         op_id = op_id or uuid.uuid4().hex
         lost: list[PeerUnreachable] = []
-        reply = await self._run(account, type_, request, timeout, op_id, lost)
+        reply = await self._run(account, type_, request, timeout, op_id, lost, task)
         if lost and reply.ok:
             self.resent += 1
             reply.resent_after = f"hub replica {lost[0].replica} went away with it ({lost[0].reason})"
         return reply
 
     async def _run(
-        self, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str, gone: list[PeerUnreachable]
+        self,
+        account: str,
+        type_: str,
+        request: dict[str, Any],
+        timeout: float,
+        op_id: str,
+        gone: list[PeerUnreachable],
+        task: TaskPosition | None,
     ) -> OperationReply:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -89,7 +116,7 @@ class ReplicaOperations:
                 return OperationReply.failure(503, "ServiceUnavailable", f"cannot tell which replica serves it: {e}")
             if peer is not None and (lost is None or peer.id != lost.replica):
                 try:
-                    return await self._forward(peer.id, peer.base_url, account, type_, request, remaining, op_id)
+                    return await self._forward(peer.id, peer.base_url, account, type_, request, remaining, op_id, task)
                 except PeerUnreachable as e:
                     log.warning(
                         "operation %s on account %s: %s; waiting for another replica to take it", op_id, account, e
@@ -183,22 +210,29 @@ class ReplicaOperations:
         return row is not None and row.state == "ACTIVE"
 
     async def _forward(
-        self, replica: str, base_url: str, account: str, type_: str, request: dict[str, Any], timeout: float, op_id: str
+        self,
+        replica: str,
+        base_url: str,
+        account: str,
+        type_: str,
+        request: dict[str, Any],
+        timeout: float,
+        op_id: str,
+        task: TaskPosition | None = None,
     ) -> OperationReply:
         assert self.forwarder is not None
         self.forwarded += 1
-        body = orjson.dumps(
-            {
-                "operation": {
-                    "id": op_id,
-                    "account": account,
-                    "type": type_,
-                    "request": request,
-                    "timeoutMs": int(max(timeout, 0.1) * 1000),
-                    "deadlineUnixMs": int((time.time() + timeout) * 1000),
-                }
-            }
-        )
+        operation: dict[str, Any] = {
+            "id": op_id,
+            "account": account,
+            "type": type_,
+            "request": request,
+            "timeoutMs": int(max(timeout, 0.1) * 1000),
+            "deadlineUnixMs": int((time.time() + timeout) * 1000),
+        }
+        if task is not None:
+            operation["task"] = task.document()
+        body = orjson.dumps({"operation": operation})
         answer = await self.forwarder.request(
             replica,
             base_url,

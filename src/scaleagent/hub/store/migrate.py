@@ -39,7 +39,7 @@ from .models import VERSION_TABLE
 
 __all__ = ["HEAD", "MIGRATION_LOCK_SECONDS", "upgrade"]
 
-HEAD = "0005"
+HEAD = "0006"
 """The newest revision in `migrations/versions`; a test checks it against Alembic's own view."""
 
 MIGRATION_LOCK_SECONDS = 60

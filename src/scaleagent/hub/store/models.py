@@ -25,6 +25,7 @@ __all__ = [
     "Assignment",
     "Replica",
     "TaskRow",
+    "OperationResultRow",
     "Base",
     "Credentials",
     "LENGTHS",
@@ -227,6 +228,28 @@ class TaskRow(Base):
     state: Mapped[str] = mapped_column(String(16), nullable=False)
     document: Mapped[str] = mapped_column(LongText, nullable=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
+
+
+class OperationResultRow(Base):
+    """One row of `kubesvc_operation_results`: an operation another replica forwarded here, while
+    it runs and once it has its result (`document`, the reply as replicas exchange it), kept until
+    the replica running its task has saved the task with it. Should that replica die meanwhile,
+    whichever replica ends the task ends it with this result instead of "may have been carried
+    out" (hub/tasks.py)."""
+
+    __tablename__ = "kubesvc_operation_results"
+    __table_args__ = (Index("ix_kubesvc_operation_results_task", "task_id"),)
+
+    operation_id: Mapped[str] = mapped_column(String(253), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    count: Mapped[int] = mapped_column(Integer, nullable=False)
+    type: Mapped[str] = mapped_column(String(64), nullable=False)
+    account: Mapped[str] = mapped_column(String(253), nullable=False)
+    replica: Mapped[str] = mapped_column(String(253), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    document: Mapped[str | None] = mapped_column(LongText, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
 
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .errors import StoreBusy, StoreError
-from .models import Assignment, Replica, TaskRow
+from .models import Assignment, OperationResultRow, Replica, TaskRow
 from .store import Store, _now, _rowcount, _utc
 
 __all__ = ["AssignmentRow", "ReplicaRow", "SharedStore", "StoredTask"]
@@ -69,6 +69,22 @@ class StoredTask:
     document: str
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOperation:
+    """An operation this or another replica ran for a task another replica runs (`running`, or
+    `done` with the reply's document)."""
+
+    operation_id: str
+    task_id: str
+    position: int
+    count: int
+    type: str
+    account: str
+    replica: str
+    state: str
+    document: str | None
 
 
 class SharedStore:
@@ -237,10 +253,19 @@ class SharedStore:
 
     # --- tasks ----------------------------------------------------------------------------------
 
-    async def put_task(self, task_id: str, replica: str, state: str, document: str) -> None:
-        """Create or update a task this replica runs."""
+    async def put_task(
+        self, task_id: str, replica: str, state: str, document: str, *, forget_operations: bool = False
+    ) -> None:
+        """Create or update a task this replica runs; with `forget_operations`, in the same
+        transaction, drop the results other replicas kept for it (the document holds them now)."""
         now = _now()
         async with self.store.transaction("save task", task_id) as session:
+            if forget_operations:
+                await session.execute(
+                    delete(OperationResultRow)
+                    .where(OperationResultRow.task_id == task_id)
+                    .execution_options(synchronize_session=False)
+                )
             row = await session.get(TaskRow, task_id)
             if row is None:
                 session.add(
@@ -261,14 +286,20 @@ class SharedStore:
             return [_task(r) for r in (await session.execute(query)).scalars().all()]
 
     async def running_tasks(self, replicas: Collection[str]) -> list[StoredTask]:
-        """Tasks still marked running by these replicas."""
+        """Tasks still marked running by these replicas, and those whose operation one of them was
+        running for another replica."""
         if not replicas:
             return []
+        held = select(OperationResultRow.task_id).where(
+            OperationResultRow.state == "running", OperationResultRow.replica.in_(list(replicas))
+        )
         async with self.store.transaction("list running tasks") as session:
             rows = (
                 (
                     await session.execute(
-                        select(TaskRow).where(TaskRow.state == "running", TaskRow.replica.in_(list(replicas)))
+                        select(TaskRow).where(
+                            TaskRow.state == "running", or_(TaskRow.replica.in_(list(replicas)), TaskRow.id.in_(held))
+                        )
                     )
                 )
                 .scalars()
@@ -276,8 +307,47 @@ class SharedStore:
             )
             return [_task(r) for r in rows]
 
+    # --- operations run for another replica's task ------------------------------------------------
+
+    async def put_operation(self, operation: StoredOperation) -> None:
+        """Record a forwarded operation as it starts (`running`) or ends (`done`, its document)."""
+        async with self.store.transaction("save operation result", operation.operation_id) as session:
+            row = await session.get(OperationResultRow, operation.operation_id)
+            fields = {
+                "task_id": operation.task_id,
+                "position": operation.position,
+                "count": operation.count,
+                "type": operation.type,
+                "account": operation.account,
+                "replica": operation.replica,
+                "state": operation.state,
+                "document": operation.document,
+                "updated_at": _now(),
+            }
+            if row is None:
+                session.add(OperationResultRow(operation_id=operation.operation_id, **fields))
+            else:
+                for key, value in fields.items():
+                    setattr(row, key, value)
+
+    async def task_operations(self, task_id: str) -> list[StoredOperation]:
+        """The operations other replicas ran for this task and its replica has not saved yet."""
+        async with self.store.transaction("read operation results", task_id) as session:
+            query = (
+                select(OperationResultRow)
+                .where(OperationResultRow.task_id == task_id)
+                .order_by(OperationResultRow.position)
+            )
+            return [
+                StoredOperation(
+                    r.operation_id, r.task_id, r.position, r.count, r.type, r.account, r.replica, r.state, r.document
+                )
+                for r in (await session.execute(query)).scalars().all()
+            ]
+
     async def end_task(self, task_id: str, *, expect_replica: str, state: str, document: str) -> bool:
-        """End a running task of `expect_replica` (a dead one's); False if it ended meanwhile."""
+        """End a running task of `expect_replica` (a dead one's), dropping the results other
+        replicas kept for it (`document` holds them); False if it ended meanwhile."""
         async with self.store.transaction("end task", task_id) as session:
             result = await session.execute(
                 update(TaskRow)
@@ -285,7 +355,22 @@ class SharedStore:
                 .values(state=state, document=document, updated_at=_now())
                 .execution_options(synchronize_session=False)
             )
-            return _rowcount(result) == 1
+            if _rowcount(result) != 1:
+                return False
+            await session.execute(
+                delete(OperationResultRow)
+                .where(OperationResultRow.task_id == task_id)
+                .execution_options(synchronize_session=False)
+            )
+            return True
+
+    async def forget_task_operations(self, task_id: str) -> None:
+        async with self.store.transaction("forget operation results", task_id) as session:
+            await session.execute(
+                delete(OperationResultRow)
+                .where(OperationResultRow.task_id == task_id)
+                .execution_options(synchronize_session=False)
+            )
 
     async def trim_tasks(self, keep: int) -> int:
         """Delete the oldest ended tasks beyond the newest `keep` tasks; returns how many went."""
@@ -298,6 +383,15 @@ class SharedStore:
             result = await session.execute(
                 delete(TaskRow)
                 .where(TaskRow.created_at <= cutoff[0], TaskRow.state != "running")
+                .execution_options(synchronize_session=False)
+            )
+            # Results no running task will read (their task ended without them, or is gone).
+            await session.execute(
+                delete(OperationResultRow)
+                .where(
+                    OperationResultRow.updated_at <= cutoff[0],
+                    OperationResultRow.task_id.not_in(select(TaskRow.id).where(TaskRow.state == "running")),
+                )
                 .execution_options(synchronize_session=False)
             )
             return _rowcount(result)
