@@ -9,6 +9,7 @@ import pytest
 
 from scaleagent.hub.agents.registry import Registry, Session
 from scaleagent.hub.agents.routing import OperationRouter
+from scaleagent.hub.api.common import MAX_JSON_DEPTH, ORJSON_WRITES_DEPTH, nested_within, too_deep_path
 from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.tasks import BadOperations, TaskRunner, parse_operations
 from scaleagent.protocol import pb
@@ -203,3 +204,24 @@ async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did(
     assert result["manifestNamesByNamespace"] == {"ns": ["configMap good"]}
     assert result["failedManifest"] == "deployment bad"
     assert doc["history"][-1]["status"] == "Orchestration failed."
+
+
+def _lists(levels: int) -> object:
+    value: object = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_orjson_writes_254_levels_and_reads_1024_as_the_hubs_depth_check_relies_on():
+    """api/common.py checks a body's depth by asking orjson to write it inside more arrays: should
+    an orjson upgrade move its limits, this says so before bodies are misjudged."""
+    orjson.dumps(_lists(ORJSON_WRITES_DEPTH))
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(_lists(ORJSON_WRITES_DEPTH + 1))
+    assert orjson.loads(b"[" * 1024 + b"]" * 1024)
+    assert nested_within(_lists(MAX_JSON_DEPTH), MAX_JSON_DEPTH)
+    assert not nested_within(_lists(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)
+    deep = {"spec": {"a b": [1, {"x": _lists(MAX_JSON_DEPTH)}]}}
+    assert too_deep_path(deep, MAX_JSON_DEPTH) == "$.spec['a b'][1].x[0][0]…"
+    assert too_deep_path({"flat": 1, "deep": [[[]]]}, 2) == "$.deep[0]"
