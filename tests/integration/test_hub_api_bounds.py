@@ -429,3 +429,23 @@ def test_a_credentials_definition_with_numbers_beyond_clouddrivers_types_is_refu
         f"account 'bounded': cacheIntervalSeconds: expected a whole number from 0 to {INT64_MAX}, got a number (-1)",
     ], answer
     assert request(hub, "GET", "/credentials/bounded")[0] == 404
+
+
+def test_a_client_that_hangs_up_mid_body_is_audited_as_499_and_logged_quietly(hub):
+    """Headers and part of the body, then the connection closes: no error, no traceback."""
+    before = len(hub.log)
+    url = urllib.parse.urlsplit(hub.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /armory/accounts HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n[{".encode()
+        )
+    hub.wait_log(r'"audit":"POST /armory/accounts".*"status":499.*client closed request', 10)
+    # A write after it, audited once the hub is past the one cut off (whose error, had there been
+    # one, would have been logged before).
+    assert request(hub, "POST", "/armory/accounts", b"[")[0] == 400
+    hub.wait_log(r'"audit":"POST /armory/accounts".*"status":400', 10)
+    log = hub.log[before:]
+    assert not [line for line in log if "Traceback" in line or " ERROR " in line], log
+    quiet = [line for line in log if "closed the connection before sending its whole body" in line]
+    assert len(quiet) == 1 and " INFO " in quiet[0], quiet
