@@ -225,3 +225,40 @@ def test_every_405_names_the_methods_the_path_takes_in_allow(hub):
             ):
                 wrong.append(f"{method.upper()} {concrete}: {answer!r}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_what_the_hub_accepts_in_place_of_a_field_or_a_body_is_documented(hub):
+    """Clouddriver's `credentials` in place of `account`, and the disconnect's body left out:
+    both accepted, so the document must allow both."""
+    status, _, body = get(hub, "/openapi.json")
+    paths = json.loads(body)["paths"]
+    ops = paths["/kubernetes/ops"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    for alternative in ops["items"]["oneOf"]:
+        ((name, description),) = alternative["properties"].items()
+        assert "account" not in description.get("required", []), name
+        assert description["anyOf"] == [{"required": ["account"]}, {"required": ["credentials"]}], name
+    status, _, answer = call(hub, "post", "/kubernetes/ops")  # the body {} is refused, as documented
+    assert status == 400, answer
+    parts = urlsplit(hub.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        body = json.dumps([{"pauseRolloutManifest": {"credentials": "c", "manifestName": "deployment web"}}])
+        connection.request("POST", "/kubernetes/ops", body=body, headers=headers)
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+    finally:
+        connection.close()
+    disconnect = paths["/armory/agent/{agentId}/disconnect"]["post"]
+    assert disconnect["requestBody"]["required"] is False
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        connection.request(
+            "POST", "/armory/agent/nobody/disconnect", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        response = connection.getresponse()
+        assert response.status == 404, response.read()  # no such agent: the missing body is fine
+        response.read()
+    finally:
+        connection.close()

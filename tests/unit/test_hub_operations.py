@@ -92,6 +92,15 @@ def test_a_scale_within_kubernetes_int32_is_taken(description):
     assert op.description == {"account": "prod", **description}
 
 
+def test_a_whole_number_written_with_a_fraction_is_taken_and_sent_as_an_integer():
+    """JSON (and the OpenAPI document's "integer") tell 3.0 from 3 no more than the hub does."""
+    (op,) = parse_operations([{"deleteManifest": {"account": "prod", "options": {"gracePeriodSeconds": 30.0}}}])
+    assert op.description["options"]["gracePeriodSeconds"] == 30
+    assert type(op.description["options"]["gracePeriodSeconds"]) is int
+    with pytest.raises(BadOperations, match="replicas: expected a whole number from 0 to 2147483647, got 2.5"):
+        parse_operations([{"scaleManifest": {"account": "prod", "replicas": 2.5}}])
+
+
 @pytest.mark.parametrize(
     "description",
     [
