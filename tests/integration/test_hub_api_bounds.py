@@ -22,6 +22,7 @@ from tests.helpers import HubProcess, agent_of, tls_hub
 INT32_MAX = 2**31 - 1  # replicas, as Kubernetes holds them
 INT64_MAX = 2**63 - 1  # grace periods and revisions
 MAX_BODY_BYTES = 16 * 1024 * 1024  # the largest body the hub takes (docs/api.md)
+MAX_JSON_DEPTH = 200  # the most levels of arrays and objects within one another a body may have (docs/api.md)
 HUGE = "26179136912079257600"  # the fuzzer's tailLines: beyond uint64
 BAD_NUMBERS = [
     HUGE,
@@ -324,6 +325,58 @@ def test_a_refresh_with_a_resource_version_too_long_to_compare_is_a_400(hub):
     assert (status, answer["status"]) == (200, "cached"), answer
 
 
+def nested(levels: int, around: Any) -> bytes:
+    """`around` as JSON, its string "NEST" replaced by `levels` objects, each the only field of the
+    one around it (built as text: Python's json writes no more than about 990 levels)."""
+    deep = '{"in": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+    return json.dumps(around).replace('"NEST"', deep).encode()
+
+
+CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "default"}}
+
+
+@pytest.mark.parametrize("levels", [MAX_JSON_DEPTH - 4, 254, 1024, 1025])
+def test_a_manifest_nested_too_deep_is_a_400_naming_the_limit_and_where_before_any_task(hub, levels):
+    """orjson reads 1,024 levels but writes 254: a manifest between the two was taken, and its task
+    failed with a 500 when the hub wrote the operation for its agent."""
+    tasks = len(hub.json("/task?limit=1000"))  # type: ignore[arg-type]
+    # The body's list, its operation, the description and `manifests` hold the manifest, whose
+    # `nest` field holds `levels` more: one level past the most the hub takes, or more.
+    manifest = {**CONFIG_MAP, "nest": "NEST"}
+    body = nested(levels, [{"deployManifest": {"account": "b", "manifests": [manifest]}}])
+    status, answer = request(hub, "POST", "/kubernetes/ops", body)
+    where = "more than 1024 at line 1" if levels > 1024 - 5 else "at $[0].deployManifest.manifests[0].nest.in…"
+    assert refused(status, answer, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", where), (status, answer)
+    # One operation alone: the description holds the manifest directly.
+    body = nested(levels + 3, {"account": "b", "manifest": manifest})
+    status, answer = request(hub, "POST", "/kubernetes/ops/deployManifest", body)
+    assert refused(status, answer, f"nested deeper than {MAX_JSON_DEPTH} levels"), (status, answer)
+    assert len(hub.json("/task?limit=1000")) == tasks  # type: ignore[arg-type]
+
+
+def test_a_manifest_as_deep_as_the_hub_takes_reaches_the_api_server_and_its_task_is_read(hub):
+    """At the most the hub takes, the body still fits everything the hub writes it into: the
+    operation sent to the agent, the task and the list of tasks. The API server has the last word
+    (a ConfigMap has no field `nest`), not a 500 of the hub's."""
+    manifest = {**CONFIG_MAP, "metadata": {"name": "deepest", "namespace": "default"}, "nest": "NEST"}
+    body = nested(MAX_JSON_DEPTH - 5, [{"deployManifest": {"account": "b", "manifests": [manifest]}}])
+    status, created = request(hub, "POST", "/kubernetes/ops", body)
+    assert status == 200, created
+    task = hub.json(f"{created['resourceUri']}?waitSeconds=30", timeout=45)
+    failure = task["exception"]  # type: ignore[index]
+    assert (failure["code"], failure["reason"]) == (400, "BadRequest"), failure
+    assert 'unknown field "nest"' in failure["message"], failure
+    status, tasks = request(hub, "GET", "/task?limit=1000")
+    assert status == 200 and created["id"] in [t["id"] for t in tasks]
+
+
+def test_a_body_nested_too_deep_is_refused_on_every_route_that_takes_json(hub):
+    body = nested(MAX_JSON_DEPTH, {"type": "kubernetes", "name": "deep", "nest": "NEST"})
+    for path in ("/credentials", "/cache/kubernetes/manifest", "/armory/accounts"):
+        status, answer = request(hub, "POST", path, body)
+        assert refused(status, answer, f"nested deeper than {MAX_JSON_DEPTH} levels", "at $.nest.in.in"), (path, answer)
+
+
 def raw_post(hub: HubProcess, path: str, headers: dict[str, str], chunks: list[bytes]) -> tuple[int, Any]:
     """POST with the headers given, sending `chunks` as they are (then no more), and the answer."""
     url = urllib.parse.urlsplit(hub.url)
@@ -376,3 +429,23 @@ def test_a_credentials_definition_with_numbers_beyond_clouddrivers_types_is_refu
         f"account 'bounded': cacheIntervalSeconds: expected a whole number from 0 to {INT64_MAX}, got a number (-1)",
     ], answer
     assert request(hub, "GET", "/credentials/bounded")[0] == 404
+
+
+def test_a_client_that_hangs_up_mid_body_is_audited_as_499_and_logged_quietly(hub):
+    """Headers and part of the body, then the connection closes: no error, no traceback."""
+    before = len(hub.log)
+    url = urllib.parse.urlsplit(hub.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST /armory/accounts HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n[{".encode()
+        )
+    hub.wait_log(r'"audit":"POST /armory/accounts".*"status":499.*client closed request', 10)
+    # A write after it, audited once the hub is past the one cut off (whose error, had there been
+    # one, would have been logged before).
+    assert request(hub, "POST", "/armory/accounts", b"[")[0] == 400
+    hub.wait_log(r'"audit":"POST /armory/accounts".*"status":400', 10)
+    log = hub.log[before:]
+    assert not [line for line in log if "Traceback" in line or " ERROR " in line], log
+    quiet = [line for line in log if "closed the connection before sending its whole body" in line]
+    assert len(quiet) == 1 and " INFO " in quiet[0], quiet

@@ -184,3 +184,81 @@ def test_every_operation_describes_its_bodies_and_answers(hub):
     assert listed["application/json"]["schema"] == {"$ref": "#/components/schemas/KubernetesList"}
     error = schemas["ErrorBody"]
     assert set(error["required"]) == {"error", "status"}
+
+
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def call(hub: HubProcess, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """`method` on `path` as the admin, with an empty JSON body for the methods that take one."""
+    parts = urlsplit(hub.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        connection.request(method.upper(), path, body=b"{}" if method in WITH_BODIES else None, headers=headers)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_every_405_names_the_methods_the_path_takes_in_allow(hub):
+    """RFC 9110: a 405 carries `Allow`. For every path of the document, each method it does not
+    document is a 405 whose `Allow` lists the methods it does (of every route the path matches)."""
+    status, _, body = get(hub, "/openapi.json")
+    paths = json.loads(body)["paths"]
+    templates = {template: re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$") for template in paths}
+    wrong = []
+    for template in paths:
+        concrete = re.sub(r"\{[^}]+\}", "x", template)
+        documented = {m.upper() for t, rx in templates.items() if rx.match(concrete) for m in paths[t] if m in METHODS}
+        for method in METHODS:
+            if method.upper() in documented:
+                continue
+            status, headers, answer = call(hub, method, concrete)
+            allowed = {m.strip() for m in headers.get("allow", "").split(",") if m.strip()}
+            if status != 405 or allowed != documented:
+                wrong.append(f"{method.upper()} {concrete}: {status}, Allow {headers.get('allow')!r}: {answer[:200]!r}")
+            elif (
+                json.loads(answer)["error"]
+                != f"{method.upper()} is not a method of {concrete}: it takes {', '.join(sorted(documented))}"
+            ):
+                wrong.append(f"{method.upper()} {concrete}: {answer!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_what_the_hub_accepts_in_place_of_a_field_or_a_body_is_documented(hub):
+    """Clouddriver's `credentials` in place of `account`, and the disconnect's body left out:
+    both accepted, so the document must allow both."""
+    status, _, body = get(hub, "/openapi.json")
+    paths = json.loads(body)["paths"]
+    ops = paths["/kubernetes/ops"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    for alternative in ops["items"]["oneOf"]:
+        ((name, description),) = alternative["properties"].items()
+        assert "account" not in description.get("required", []), name
+        assert description["anyOf"] == [{"required": ["account"]}, {"required": ["credentials"]}], name
+    status, _, answer = call(hub, "post", "/kubernetes/ops")  # the body {} is refused, as documented
+    assert status == 400, answer
+    parts = urlsplit(hub.url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        body = json.dumps([{"pauseRolloutManifest": {"credentials": "c", "manifestName": "deployment web"}}])
+        connection.request("POST", "/kubernetes/ops", body=body, headers=headers)
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+    finally:
+        connection.close()
+    disconnect = paths["/armory/agent/{agentId}/disconnect"]["post"]
+    assert disconnect["requestBody"]["required"] is False
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        connection.request(
+            "POST", "/armory/agent/nobody/disconnect", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        response = connection.getresponse()
+        assert response.status == 404, response.read()  # no such agent: the missing body is fine
+        response.read()
+    finally:
+        connection.close()

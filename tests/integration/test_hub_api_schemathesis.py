@@ -4,7 +4,8 @@ and with an admin's token no generated request makes the hub fail (no 5xx). Ever
 held against the document: its status is one the operation documents, its Content-Type one
 documented for that status, and its body valid against that status's schema, so the document
 says what the hub really sends. Bounded: a few examples per operation, so that the suite stays
-quick."""
+quick. And the document is no looser than the hub: a request it calls valid is never refused as
+invalid (400)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -42,6 +44,32 @@ def hub(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api_schema(hub):
     return schemathesis.openapi.from_url(hub.url + "/openapi.json", config=CONFIG)
+
+
+# Valid requests, for which any answer but a 400 (or 415, 422) is fine: there are no accounts or
+# agents behind this hub (404), nor names taken (409), nor databases failing (503).
+VALID_ONLY = SchemathesisConfig.from_dict(
+    {
+        "generation": {"mode": "positive"},
+        "checks": {"positive_data_acceptance": {"expected-statuses": ["2XX", "403", "404", "409", "503"]}},
+        "phases": {"coverage": {"enabled": False}},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def valid_requests(hub):
+    return schemathesis.openapi.from_url(hub.url + "/openapi.json", config=VALID_ONLY)
+
+
+# Account definitions have rules across fields (`context` only with a `kubeconfigFile`, a name
+# once per request) and rules of the hub's configuration (plain kubeconfig paths): their bodies
+# are described field by field, and what the fields cannot say is in the words of the 400.
+described_valid = (
+    schemathesis.pytest.from_fixture("valid_requests")
+    .exclude(path="/api/v1/watch")
+    .exclude(path_regex="^/(armory/accounts|credentials)", method=["POST", "PUT", "PATCH"])
+)
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -74,3 +102,12 @@ def test_with_an_admin_token_no_request_is_a_server_error_and_every_answer_is_do
         response.text[:500],
     )
     case.validate_response(response, checks=[not_a_server_error, *CONFORMANCE])
+
+
+@described_valid.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_a_request_the_document_calls_valid_is_never_refused_as_invalid(case, hub):
+    """What the document allows (types, patterns, enums, bounds, required fields) the hub takes:
+    a client built from the document is not refused for following it."""
+    response = case.call(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    case.validate_response(response, checks=[positive_data_acceptance])

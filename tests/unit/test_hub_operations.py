@@ -9,6 +9,7 @@ import pytest
 
 from scaleagent.hub.agents.registry import Registry, Session
 from scaleagent.hub.agents.routing import OperationRouter
+from scaleagent.hub.api.common import MAX_JSON_DEPTH, ORJSON_WRITES_DEPTH, nested_within, too_deep_path
 from scaleagent.hub.cache.cache import Cache
 from scaleagent.hub.tasks import BadOperations, TaskRunner, parse_operations
 from scaleagent.protocol import pb
@@ -89,6 +90,15 @@ def test_every_problem_of_a_list_is_named_and_credentials_stand_for_account():
 def test_a_scale_within_kubernetes_int32_is_taken(description):
     (op,) = parse_operations([{"scaleManifest": {"account": "prod", **description}}])
     assert op.description == {"account": "prod", **description}
+
+
+def test_a_whole_number_written_with_a_fraction_is_taken_and_sent_as_an_integer():
+    """JSON (and the OpenAPI document's "integer") tell 3.0 from 3 no more than the hub does."""
+    (op,) = parse_operations([{"deleteManifest": {"account": "prod", "options": {"gracePeriodSeconds": 30.0}}}])
+    assert op.description["options"]["gracePeriodSeconds"] == 30
+    assert type(op.description["options"]["gracePeriodSeconds"]) is int
+    with pytest.raises(BadOperations, match="replicas: expected a whole number from 0 to 2147483647, got 2.5"):
+        parse_operations([{"scaleManifest": {"account": "prod", "replicas": 2.5}}])
 
 
 @pytest.mark.parametrize(
@@ -203,3 +213,24 @@ async def test_a_task_stops_at_the_first_failed_operation_and_keeps_what_it_did(
     assert result["manifestNamesByNamespace"] == {"ns": ["configMap good"]}
     assert result["failedManifest"] == "deployment bad"
     assert doc["history"][-1]["status"] == "Orchestration failed."
+
+
+def _lists(levels: int) -> object:
+    value: object = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_orjson_writes_254_levels_and_reads_1024_as_the_hubs_depth_check_relies_on():
+    """api/common.py checks a body's depth by asking orjson to write it inside more arrays: should
+    an orjson upgrade move its limits, this says so before bodies are misjudged."""
+    orjson.dumps(_lists(ORJSON_WRITES_DEPTH))
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(_lists(ORJSON_WRITES_DEPTH + 1))
+    assert orjson.loads(b"[" * 1024 + b"]" * 1024)
+    assert nested_within(_lists(MAX_JSON_DEPTH), MAX_JSON_DEPTH)
+    assert not nested_within(_lists(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)
+    deep = {"spec": {"a b": [1, {"x": _lists(MAX_JSON_DEPTH)}]}}
+    assert too_deep_path(deep, MAX_JSON_DEPTH) == "$.spec['a b'][1].x[0][0]…"
+    assert too_deep_path({"flat": 1, "deep": [[[]]]}, 2) == "$.deep[0]"

@@ -50,12 +50,15 @@ def describe_range(low: float | None, high: float | None) -> str:
 
 
 def whole_number(value: Any, low: int, high: int) -> int:
-    """`value` as an int from `low` to `high`: a JSON integer, or a string of one (Clouddriver's
-    clients send `"replicas": "3"`); anything else is a ValueError saying the range and what was
-    given. A JSON number too large for 64 bits arrives as a float, and is refused as not whole."""
+    """`value` as an int from `low` to `high`: a JSON integer (`3.0` too: JSON and JSON Schema
+    tell no difference), or a string of one (Clouddriver's clients send `"replicas": "3"`);
+    anything else is a ValueError saying the range and what was given. A JSON number too large for
+    64 bits arrives as a float, and is refused as out of range."""
     n: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         n = value
+    elif isinstance(value, float) and value.is_integer():  # JSON's 3.0 is 3 (JSON Schema's "integer" too)
+        n = int(value)
     elif isinstance(value, str) and _WHOLE.fullmatch(value) and len(value.strip().lstrip("+-")) <= MAX_DIGITS:
         n = int(value)
     if n is None or not low <= n <= high:

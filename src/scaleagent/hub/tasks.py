@@ -208,15 +208,19 @@ def _bad_numbers(type_: str, description: dict[str, Any]) -> list[str]:
     those in a part of the wrong type are left to the agent, which says what it expects."""
     problems = []
     for path, low, high in NUMBERS.get(type_, ()):
-        value: Any = description
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
+        parent: Any = description
+        for key in path[:-1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        value = parent.get(path[-1]) if isinstance(parent, dict) else None
         if value is None or value == "":
             continue
         try:
-            whole_number(value, low, high)
+            number = whole_number(value, low, high)
         except ValueError as e:
             problems.append(f"{'.'.join(path)}: {e}")
+            continue
+        if isinstance(value, float):
+            parent[path[-1]] = number  # the agent is sent 3, not 3.0
     return problems
 
 

@@ -49,6 +49,7 @@ from ..states import AccountState
 from ..store import AccountRow, CredentialsExist, CredentialsNotFound, CredentialsRow, Store, StoreError
 from .errors import Conflict, InvalidRequest, UnknownAccounts
 from .models import (
+    ACCOUNT_NAME_SCHEMA,
     SETTINGS,
     AccountChange,
     AccountIn,
@@ -65,6 +66,7 @@ __all__ = [
     "KUBERNETES",
     "CredentialsService",
     "Definition",
+    "definition_schema",
     "definition_view",
     "parse_definition",
     "summary_view",
@@ -197,6 +199,37 @@ class Definition:
         if migrate:
             fields["state"] = AccountState.ACTIVE.value
         return AccountChange.model_validate(fields, strict=True)
+
+
+def definition_schema() -> dict[str, Any]:
+    """The JSON schema of a definition `parse_definition` takes, for the API's description: the
+    model's fields and types, the account name's rule, `type` "kubernetes", `kubeconfigContents`
+    empty if given at all; the rules no schema says (the dynamic account's) are in the words of
+    the 400."""
+    schema = _KubernetesDefinition.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    schema = inline(schema)
+    properties = schema["properties"]
+    properties["type"] = {"type": "string", "enum": [KUBERNETES]}
+    properties["name"] = {**ACCOUNT_NAME_SCHEMA, "title": "Name"}
+    properties["kubeconfigContents"] = {
+        "anyOf": [{"type": "string", "maxLength": 0}, {"type": "null"}],
+        "description": "Refused unless empty: give kubeconfigFile with an encryptedFile: reference",
+    }
+    permissions = properties["permissions"]["anyOf"][0]
+    permissions["propertyNames"] = {"enum": list(PERMISSIONS)}
+    return schema
 
 
 def parse_definition(body: Any) -> Definition:

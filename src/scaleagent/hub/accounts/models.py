@@ -33,6 +33,7 @@ from .kubeconfig_refs import parse_reference
 
 __all__ = [
     "ACCOUNT_NAME",
+    "ACCOUNT_NAME_SCHEMA",
     "MAX_ACCOUNTS_PER_REQUEST",
     "SETTINGS",
     "AccountChange",
@@ -50,6 +51,13 @@ ACCOUNT_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 """The agent's rule for account names (agent/config.py): 1-253 letters, digits, '-', '_', '.',
 starting and ending with a letter or digit. Repeated here because hub and agent must not import
 each other; a test checks both agree."""
+ACCOUNT_NAME_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": f"^{ACCOUNT_NAME.pattern}$",
+    "minLength": 1,
+    "maxLength": 253,
+}
+"""ACCOUNT_NAME in the API's description (`check_account_name` checks it, with the hub's message)."""
 
 MAX_ACCOUNTS_PER_REQUEST = 10_000
 """More accounts than this in one request are refused: each becomes rows, secrets to read and
@@ -73,6 +81,11 @@ _KIND = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _GROUP = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 _MAX_ZONE = 253
+# The same rules in the API's description (JSON Schema's patterns; the validators below check them).
+_KIND_PATTERN = rf"{_KIND.pattern}(?:\.(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*)"
+_NAMESPACES: dict[str, Any] = {"items": {"type": "string", "pattern": f"^{_DNS_LABEL.pattern}$"}}
+_KINDS: dict[str, Any] = {"items": {"type": "string", "pattern": f"^{_KIND_PATTERN}?$"}}
+_GROUP_KINDS: dict[str, Any] = {"items": {"type": "string", "pattern": f"^{_KIND_PATTERN}$"}}
 
 
 def check_account_name(name: str) -> str:
@@ -115,13 +128,23 @@ class _AccountFields(BaseModel):
         description="A path on the hub, or 'encryptedFile:k8s!n:<secret>!k:<key>!ns:<namespace>' (a Kubernetes "
         "Secret the hub reads). Without one, the agent uses its own service account",
     )
-    context: str | None = Field(None, description="The kubeconfig context to use (default: its current context)")
-    namespaces: list[str] | None = Field(None, description="Only these namespaces")
-    omitNamespaces: list[str] | None = Field(None, description="Every namespace but these")
-    kinds: list[str] | None = Field(None, description="Only these kinds ('Deployment', 'Widget.example.com')")
-    omitKinds: list[str] | None = Field(None, description="Every kind but these")
+    context: str | None = Field(
+        None,
+        description="The kubeconfig context to use (default: its current context)",
+        json_schema_extra={"minLength": 1, "maxLength": 253},
+    )
+    namespaces: list[str] | None = Field(None, description="Only these namespaces", json_schema_extra=_NAMESPACES)
+    omitNamespaces: list[str] | None = Field(
+        None, description="Every namespace but these", json_schema_extra=_NAMESPACES
+    )
+    kinds: list[str] | None = Field(
+        None, description="Only these kinds ('Deployment', 'Widget.example.com')", json_schema_extra=_KINDS
+    )
+    omitKinds: list[str] | None = Field(None, description="Every kind but these", json_schema_extra=_KINDS)
     onlyNamespacedResources: bool | None = Field(None, description="Skip cluster-scoped kinds")
-    customResourceDefinitions: list[str] | None = Field(None, description="Custom kinds to follow, as 'Kind.group'")
+    customResourceDefinitions: list[str] | None = Field(
+        None, description="Custom kinds to follow, as 'Kind.group'", json_schema_extra=_GROUP_KINDS
+    )
     permissions: dict[str, list[str]] | None = Field(
         None,
         description="Who may see and change the account through the hub: {READ: [groups], WRITE: [groups]} "
@@ -211,7 +234,10 @@ class AccountIn(_AccountFields):
     """An account to create (POST /armory/accounts): only `name` is required. It is stored
     INACTIVE; a PATCH with `state: ACTIVE` migrates it."""
 
-    name: str = Field(description="Unique across the installation; 1-253 letters, digits, '-', '_', '.'")
+    name: str = Field(
+        description="Unique across the installation; 1-253 letters, digits, '-', '_', '.'",
+        json_schema_extra=ACCOUNT_NAME_SCHEMA,
+    )
 
     @field_validator("name")
     @classmethod
@@ -228,7 +254,7 @@ class AccountChange(_AccountFields):
     """A change to an account (PATCH /armory/accounts): `state` ACTIVE migrates it, INACTIVE
     deactivates it; the other fields given replace the stored ones (null clears one)."""
 
-    name: str = Field(description="The account to change")
+    name: str = Field(description="The account to change", json_schema_extra=ACCOUNT_NAME_SCHEMA)
     state: Literal["ACTIVE", "INACTIVE"] | None = Field(
         None, description="ACTIVE: migrate to an agent (again); INACTIVE: stop the agents following it"
     )

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from ..accounts.errors import InvalidRequest, UnknownAccounts
 from ..accounts.models import (
+    ACCOUNT_NAME_SCHEMA,
     ARMORY_IGNORED,
+    MAX_ACCOUNTS_PER_REQUEST,
     AccountChange,
     AccountIn,
     AccountView,
@@ -39,6 +41,7 @@ from ..accounts.models import (
     parse_names,
 )
 from ..accounts.service import AccountsService
+from ..states import AccountState
 from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 
 __all__ = ["DeleteResult", "accounts_router"]
@@ -53,6 +56,8 @@ def _list_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The OpenAPI request body of a JSON list of `model` (documented, validated by hand)."""
     schema = {
         "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_ACCOUNTS_PER_REQUEST,
         "items": model.model_json_schema(),
         "example": [
             {"name": "account-01"},
@@ -71,7 +76,14 @@ _NAMES_BODY = {
         "required": True,
         "content": {
             "application/json": {
-                "schema": {"type": "array", "items": {"type": "string"}, "example": ["account-01", "account-02"]}
+                "schema": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_ACCOUNTS_PER_REQUEST,
+                    "items": ACCOUNT_NAME_SCHEMA,
+                    "uniqueItems": True,
+                    "example": ["account-01", "account-02"],
+                }
             }
         },
     }
@@ -85,6 +97,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     415: {"model": ErrorBody, "description": "The body is not sent as JSON (Content-Type: application/json)"},
     503: {"model": ErrorBody, "description": "The database failed"},
 }
+
+
+AccountName = Annotated[str, Path(json_schema_extra=ACCOUNT_NAME_SCHEMA)]
+"""An account's name in a path: its rule documented, checked by the service with its message."""
+_STATE = "|".join(AccountState.__members__)
+_STATES_PATTERN = f"^,*(?:(?:{_STATE})(?:,+(?:{_STATE}))*)?,*$"
+"""A `state` parameter: states separated by commas (empty ones left out)."""
 
 
 def accounts_router(service: AccountsService) -> APIRouter:
@@ -126,7 +145,13 @@ def accounts_router(service: AccountsService) -> APIRouter:
 
     @router.get("/armory/accounts", response_model=list[AccountView], summary="List dynamic accounts")
     async def list_accounts(
-        state: Annotated[list[str], Query(description="Only these states (repeat, or separate with commas)")] = [],  # noqa: B006
+        state: Annotated[
+            list[str],
+            Query(
+                description="Only these states (repeat, or separate with commas)",
+                json_schema_extra={"items": {"type": "string", "pattern": _STATES_PATTERN}},
+            ),
+        ] = [],  # noqa: B006
         zoneId: Annotated[str | None, Query(description="Only this zone ('' = accounts without one)")] = None,
         name: Annotated[str | None, Query(description="A name, or a pattern with * and ?")] = None,
     ) -> Response:
@@ -144,7 +169,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
         return await answer(200, work)
 
     @router.get("/armory/accounts/{accountName}", response_model=AccountView, summary="One dynamic account")
-    async def get_one(accountName: str) -> Response:
+    async def get_one(accountName: AccountName) -> Response:
         return await one(accountName)
 
     @router.get(
@@ -152,7 +177,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
         response_model=AccountView,
         summary="One dynamic account (the seeds' path for checking that it is ACTIVE)",
     )
-    async def get_agent_account(accountName: str) -> Response:
+    async def get_agent_account(accountName: AccountName) -> Response:
         return await one(accountName)
 
     @router.delete(
@@ -170,7 +195,7 @@ def accounts_router(service: AccountsService) -> APIRouter:
         return await answer(200, work)
 
     @router.delete("/armory/accounts/{accountName}", response_model=DeleteResult, summary="Delete one account")
-    async def delete_one(accountName: str) -> Response:
+    async def delete_one(accountName: AccountName) -> Response:
         async def work() -> dict[str, Any]:
             deleted, warnings = await service.delete(parse_names([accountName]))
             return {"deleted": deleted, "warnings": warnings}
@@ -260,7 +285,7 @@ _ARMORY_ACCOUNT: dict[str, Any] = {
     "type": "object",
     "required": ["name"],
     "properties": {
-        "name": {"type": "string"},
+        "name": ACCOUNT_NAME_SCHEMA,
         "type": {"type": "string", "enum": ["kubernetes"]},
         "zoneId": {"type": "string"},
         "kubeconfigFile": {"type": "string", "description": "A path on the hub, or a Secret reference"},
@@ -280,7 +305,17 @@ _ARMORY_BODY = {
         "required": True,
         "content": {
             "application/json": {
-                "schema": {"oneOf": [_ARMORY_ACCOUNT, {"type": "array", "items": _ARMORY_ACCOUNT}]},
+                "schema": {
+                    "oneOf": [
+                        _ARMORY_ACCOUNT,
+                        {
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": MAX_ACCOUNTS_PER_REQUEST,
+                            "items": _ARMORY_ACCOUNT,
+                        },
+                    ]
+                },
             }
         },
     }

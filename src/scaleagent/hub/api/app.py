@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from ... import __version__
 from .accounts import accounts_router
@@ -39,13 +40,13 @@ def create_app(deps: ApiDeps) -> FastAPI:
         redoc_url=None,
     )
     app.router.route_class = HubRoute  # invalid parameters are the hub's 400, naming the parameter and its range
-    app.include_router(objects_router(deps))
-    app.include_router(accounts_router(deps.accounts), dependencies=[admin_only(deps, "managing dynamic accounts")])
-    app.include_router(credentials_router(deps.credentials), dependencies=[admin_only(deps, "managing credentials")])
-    app.include_router(operations_router(deps))
-    app.include_router(replicas_router(deps))
-    app.include_router(bindings_router(deps))
-    app.include_router(armory_router(deps))  # after bindings: /armory/agents/bindings keeps its meaning
+    routers = [objects_router(deps), accounts_router(deps.accounts), credentials_router(deps.credentials)]
+    routers += [operations_router(deps), replicas_router(deps), bindings_router(deps), armory_router(deps)]
+    app.include_router(routers[0])
+    app.include_router(routers[1], dependencies=[admin_only(deps, "managing dynamic accounts")])
+    app.include_router(routers[2], dependencies=[admin_only(deps, "managing credentials")])
+    for router in routers[3:]:  # armory's after bindings': /armory/agents/bindings keeps its meaning
+        app.include_router(router)
     app.add_middleware(AccountForwarding, deps=deps)  # forwards with the caller found below
     app.add_middleware(Authentication, security=deps.security)  # outside: every request has its caller
     app.add_middleware(RequestGuard, settings=deps.guard)  # outermost: Host and Origin checked before all
@@ -101,9 +102,23 @@ def create_app(deps: ApiDeps) -> FastAPI:
     async def ready() -> dict[str, bool]:
         return {"ready": True}
 
+    def allowed_methods(path: str) -> list[str]:
+        """The methods some route of `path` takes: the app's own routes and the included routers'
+        (mounted without a prefix), which FastAPI keeps apart from `app.routes`."""
+        routes = [r for r in app.router.routes if isinstance(r, Route)] + [r for x in routers for r in x.routes]
+        methods = {m for r in routes if isinstance(r, Route) and r.path_regex.match(path) for m in r.methods or ()}
+        return sorted(methods)
+
     @app.exception_handler(StarletteHTTPException)  # also FastAPI's HTTPException, and routing's 404/405
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": e.detail, "status": e.status_code}, status_code=e.status_code, headers=e.headers)
+    async def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        headers, message = dict(e.headers or {}), e.detail
+        if e.status_code == 405:  # RFC 9110: a 405 says which methods the path takes
+            path = request.scope["path"]
+            allowed = allowed_methods(path)
+            headers["Allow"] = ", ".join(allowed)
+            shown = path if len(path) <= 200 else path[:197] + "..."
+            message = f"{request.method} is not a method of {shown}: it takes {', '.join(allowed)}"
+        return JSONResponse({"error": message, "status": e.status_code}, status_code=e.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)  # routes are HubRoutes; this is for any that is not
     async def invalid_request(request: Request, e: RequestValidationError) -> JSONResponse:

@@ -144,13 +144,14 @@ _DISCONNECT_BODY = body_schema(
         "properties": {
             "clusterDriven": {"type": "boolean"},
             "origin": {"type": "string"},
-            "timestamp": {"type": "integer", "format": "int64"},
+            "timestamp": {"type": "integer", "format": "int64", "minimum": -(2**63), "maximum": 2**63 - 1},
         },
         "additionalProperties": False,
         "example": {"origin": "ops-script"},
     },
     "Armory's DisconnectRequest; every field is optional and only recorded in the audit line. The body may be "
     "left out.",
+    required=False,
 )
 _DISCONNECT_FIELDS = {"clusterDriven": bool, "origin": str, "timestamp": int}
 
@@ -162,6 +163,8 @@ def _disconnect_request(body: Any) -> dict[str, Any]:
     problems = []
     for key, value in body.items():
         wanted = _DISCONNECT_FIELDS.get(key)
+        if wanted is int and isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON's 3.0 is 3 (JSON Schema's "integer" too)
         if wanted is None:
             problems.append(f"{key!r}: unknown field (DisconnectRequest has clusterDriven, origin, timestamp)")
         elif not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):

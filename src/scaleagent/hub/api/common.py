@@ -21,6 +21,12 @@ body is not JSON without echoing it, and takes one only with a JSON Content-Type
 `text/plain` to any address without the browser asking first (a "simple" CORS request), never
 `application/json`, so this is what keeps a page the user has open from posting operations.
 
+Nesting: `read_json` refuses a body whose arrays and objects are nested more than
+MAX_JSON_DEPTH levels deep (a 400 naming where), before anything is created from it. orjson reads
+1,024 levels but writes only 254, and the hub writes what it was sent again, inside more levels
+of its own: an operation to its agent or to another replica, an account's settings in a list.
+Taken, such a body was a task failing with a 500 later, or a stored account no list could show.
+
 Errors: one shape for every API (`ErrorBody`: `error`, `status`, and `problems` when there are
 several), built by `error_response`; `answer` runs a request's work and turns what the accounts
 and credentials services raise into their statuses (400, 404, 409, 413, 503).
@@ -29,6 +35,7 @@ and credentials services raise into their statuses (400, 404, 409, 413, 503).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
+from itertools import islice
 from typing import Any, get_args
 
 import orjson
@@ -46,6 +53,7 @@ from ..store import StoreError
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "BodyRefused",
     "BodyTooLarge",
     "HubRoute",
@@ -58,6 +66,17 @@ __all__ = [
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """A request body larger than this is refused (413) before it is read whole."""
+
+MAX_JSON_DEPTH = 200
+"""The most levels of arrays and objects within one another a JSON body may have (400 beyond).
+Kubernetes objects need a few dozen; the hub writes a body again inside up to a few dozen levels
+of its own (a manifest inside an operation inside a forwarded request, an object from the API
+server inside a task inside a list of tasks), and orjson writes at most ORJSON_WRITES_DEPTH."""
+ORJSON_WRITES_DEPTH = 254
+"""orjson.dumps refuses arrays and objects nested deeper (`Recursion limit reached`), where
+orjson.loads reads 1,024 (tests/unit/test_hub_operations.py holds orjson to both)."""
+_PATH_SHOWN = 6
+"""How many steps of the path to a body's too deep part its 400 names."""
 
 
 class BodyRefused(Exception):
@@ -224,9 +243,59 @@ async def read_json(request: Request, empty: str = "the body is empty: send a JS
     if not raw.strip():
         raise InvalidRequest(empty)
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
+        if e.msg.startswith("depth limit exceeded"):  # past 1,024 levels
+            raise InvalidRequest(
+                f"the body is nested deeper than {MAX_JSON_DEPTH} levels (arrays and objects within one another), "
+                f"the most the hub takes: more than 1024 at line {e.lineno}, column {e.colno}"
+            ) from None
         raise InvalidRequest(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not nested_within(value, MAX_JSON_DEPTH):
+        raise InvalidRequest(
+            f"the body is nested deeper than {MAX_JSON_DEPTH} levels (arrays and objects within one another), "
+            f"the most the hub takes: at {too_deep_path(value, MAX_JSON_DEPTH)}"
+        )
+    return value
+
+
+def nested_within(value: Any, levels: int) -> bool:
+    """Whether `value` (as orjson.loads reads JSON) has at most `levels` levels of arrays and
+    objects within one another. orjson tells, at C speed: wrapped in ORJSON_WRITES_DEPTH - `levels`
+    more arrays, the value can be written only if it is no deeper than `levels` (a value read by
+    orjson.loads cannot fail to be written for any other reason)."""
+    for _ in range(ORJSON_WRITES_DEPTH - levels):
+        value = [value]
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    return True
+
+
+def too_deep_path(value: Any, levels: int) -> str:
+    """Where `value` first nests deeper than `levels`, as a path from the body's top
+    (`$[0].deployManifest.manifests[0].spec…`): its first steps, each child found by halving the
+    children with `nested_within` (a walk in Python through every array and object of a 16 MiB
+    body takes seconds)."""
+    path, node = "$", value
+    for _ in range(_PATH_SHOWN):
+        if levels <= 0:
+            return path  # `node` is the first level past the most
+        levels -= 1
+        values = list(node.values()) if isinstance(node, dict) else node
+        if nested_within(values, levels + 1):  # the list of them is one level more
+            return path
+        low, high = 0, len(values)  # a child of values[low:high] is too deep
+        while high - low > 1:
+            middle = (low + high) // 2
+            if nested_within(values[low:middle], levels + 1):
+                low = middle
+            else:
+                high = middle
+        key, node = (next(islice(node, low, None)), values[low]) if isinstance(node, dict) else (low, values[low])
+        path += f"[{key}]" if isinstance(key, int) else f".{key}" if key.isidentifier() else f"[{key[:40]!r}]"
+    return path if levels <= 0 else path + "…"
 
 
 async def json_body(request: Request, empty: str) -> Any:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from ..accounts.credentials import KUBERNETES, CredentialsService, definition_view
+from ..accounts.credentials import KUBERNETES, CredentialsService, definition_schema, definition_view
 from ..accounts.errors import InvalidRequest
+from ..accounts.models import ACCOUNT_NAME_SCHEMA
 from .common import MAX_BODY_BYTES, ErrorBody, HubRoute, answer, read_json
 from .schemas import CredentialsDefinition, CredentialsSummary
 
@@ -48,12 +49,11 @@ _DEFINITION_BODY = {
         "content": {
             "application/json": {
                 "schema": {
-                    "type": "object",
-                    "required": ["type", "name"],
+                    **definition_schema(),
                     "description": "A Clouddriver Kubernetes account definition "
-                    "(KubernetesAccountProperties.ManagedAccount); only "
+                    "(KubernetesAccountProperties.ManagedAccount) with the Scale Agent's own settings; only "
                     "type 'kubernetes' is accepted, and kubeconfigContents is refused (use kubeconfigFile with an "
-                    "encryptedFile: reference)",
+                    "encryptedFile: reference). Any other field is refused by name",
                     "example": {
                         "type": "kubernetes",
                         "name": "prod-east",
@@ -66,6 +66,8 @@ _DEFINITION_BODY = {
         },
     }
 }
+AccountName = Annotated[str, Path(json_schema_extra=ACCOUNT_NAME_SCHEMA)]
+"""An account's name in a path: its rule documented, checked by the service with its message."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "The body or a parameter is invalid; nothing was changed"},
     403: {"model": ErrorBody, "description": "The caller is not an admin (managing credentials)"},
@@ -105,7 +107,10 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         response_model=list[CredentialsSummary | CredentialsDefinition],
     )
     async def list_all(
-        expand: Annotated[str | None, Query(description="true: whole definitions")] = None,
+        expand: Annotated[
+            str | None,
+            Query(description="true: whole definitions (any case)", json_schema_extra={"enum": ["true", "false"]}),
+        ] = None,
     ) -> Response:
         async def work() -> list[dict[str, Any]]:
             return await service.list_served(expand=_flag("expand", expand))
@@ -131,7 +136,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
     @router.get(
         "/credentials/{accountName}", summary="One stored account definition", response_model=CredentialsDefinition
     )
-    async def get_one(accountName: str) -> Response:
+    async def get_one(accountName: AccountName) -> Response:
         async def work() -> dict[str, Any]:
             return definition_view(await service.get(accountName))
 
@@ -169,7 +174,7 @@ def credentials_router(service: CredentialsService) -> APIRouter:
         response_model=CredentialsDeleted,
         summary="Delete an account (with the interceptor on: its dynamic account too, agents told first)",
     )
-    async def delete_one(accountName: str) -> Response:
+    async def delete_one(accountName: AccountName) -> Response:
         async def work() -> dict[str, Any]:
             deleted, warnings, dynamic = await service.delete(accountName)
             return {"deleted": deleted, "dynamicAccount": dynamic, "warnings": warnings}

@@ -15,6 +15,7 @@ a timeout) ends the task as failed with the reason, as Clouddriver reports it.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Annotated, Any
 
 import orjson
@@ -35,6 +36,7 @@ from .schemas import (
     AGENT_ERRORS,
     CACHE_REFRESH_BODY,
     FORBIDDEN,
+    KIND_NAME,
     NOT_JSON,
     ONE_OPERATION_BODY,
     OPERATIONS_BODY,
@@ -281,9 +283,10 @@ def operations_router(deps: ApiDeps) -> APIRouter:
                 f"resourceVersion: at most {MAX_RESOURCE_VERSION_CHARS} characters (an API "
                 f"server's resourceVersion is an etcd revision), got {len(wanted_rv)}",
             )
-        if not isinstance(name, str) or len(name.split()) != 2:
+        words = re.fullmatch(KIND_NAME, name) if isinstance(name, str) else None
+        if words is None:
             return error_response(400, 'name must be "kind name", e.g. "deployment my-app"')
-        kind, object_name = name.split()
+        kind, object_name = words.groups()
         await check_account(deps, request, READ, account)
         peer = await holder_elsewhere(deps, account, forwarded(request))
         if peer is not None:

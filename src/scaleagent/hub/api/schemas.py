@@ -35,9 +35,10 @@ def error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": ERROR_REF}}}
 
 
-def body_schema(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
-    """`openapi_extra` declaring a JSON request body the route reads (and checks) itself."""
-    body: dict[str, Any] = {"required": True, "content": {"application/json": {"schema": schema}}}
+def body_schema(schema: dict[str, Any], description: str = "", required: bool = True) -> dict[str, Any]:
+    """`openapi_extra` declaring a JSON request body the route reads (and checks) itself
+    (`required` False: the body may be left out)."""
+    body: dict[str, Any] = {"required": required, "content": {"application/json": {"schema": schema}}}
     if description:
         body["description"] = description
     return {"requestBody": body}
@@ -148,8 +149,8 @@ class WatchEvent(BaseModel):
 
 def _description(title: str, properties: dict[str, Any], text: str) -> dict[str, Any]:
     """One operation type's description: `account` and its own fields (Clouddriver's `credentials`
-    is accepted in place of `account`, but documented as the alternative it is); other fields are
-    accepted (and ignored, as Clouddriver's clients send many)."""
+    is accepted in place of `account`: one of the two is required); other fields are accepted (and
+    ignored, as Clouddriver's clients send many)."""
     return {
         "title": title,
         "type": "object",
@@ -163,7 +164,7 @@ def _description(title: str, properties: dict[str, Any], text: str) -> dict[str,
             },
             **properties,
         },
-        "required": ["account"],
+        "anyOf": [{"required": ["account"]}, {"required": ["credentials"]}],
         "additionalProperties": True,
     }
 
@@ -177,7 +178,14 @@ _WHOLE_STRING = {"type": "string", "pattern": "^[+-]?[0-9]+$", "description": "T
 def _whole(low: int, high: int, text: str) -> dict[str, Any]:
     return {
         "description": f"{text} (from {low} to {high}; a JSON integer or a string of one)",
-        "anyOf": [{"type": "integer", "minimum": low, "maximum": high}, _WHOLE_STRING],
+        "anyOf": [
+            {"type": "integer", "minimum": low, "maximum": high},
+            {  # the range itself is the integer's to say: a pattern cannot
+                **_WHOLE_STRING,
+                "pattern": "^[+-]?[0-9]+$" if low < 0 else "^[+]?[0-9]+$" if low == 0 else "^[+]?0*[1-9][0-9]*$",
+                "maxLength": len(str(high)) + 1,
+            },
+        ],
     }
 
 
@@ -351,6 +359,10 @@ class TaskDocument(BaseModel):
     user: str | None = Field(None, description="Who sent it, when logins are on")
 
 
+KIND_NAME = r"^([^ \t\n\r\f\v]+)[ \t\n\r\f\v]+([^ \t\n\r\f\v]+)$"
+"""`kind name`, two words: the one pattern both the refresh route and its schema use (`\\s` is
+not the same set in Python and in the document's ECMAScript regular expressions)."""
+
 CACHE_REFRESH_BODY = body_schema(
     {
         "type": "object",
@@ -358,7 +370,7 @@ CACHE_REFRESH_BODY = body_schema(
             "account": {"type": "string", "minLength": 1},
             "credentials": {"type": "string", "minLength": 1, "description": "Another name for `account`"},
             "location": {"type": "string", "description": "The namespace ('' for cluster-scoped objects)"},
-            "name": {"type": "string", "pattern": "^\\S+\\s+\\S+$", "description": "`kind name`"},
+            "name": {"type": "string", "pattern": KIND_NAME, "description": "`kind name`"},
             "resourceVersion": {
                 "type": "string",
                 "maxLength": 64,

@@ -9,7 +9,9 @@ A request another replica forwards carries the replicas' shared token and the ca
 for; only that token makes the receiver believe the caller named (`REPLICA_TOKEN_HEADER`).
 
 Routes then ask `account_access(...)` or `admin(...)`, which raise the 403 that names what is
-missing; every write is written to the audit log by `audit(...)`.
+missing; every write is written to the audit log by `audit(...)`. A client that closes the
+connection before its whole body came is one INFO line and an audit line of status 499 (nginx's
+"client closed request"), not an error: nothing on the hub failed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import orjson
 from fastapi import Depends, HTTPException, Request
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.access import Access, Denied
@@ -40,6 +43,10 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json", *DOCS_PATHS, *DASH
 """Paths answered without a login: the probes, the API's description with its pages and their
 assets, and the dashboard's page and files, which hold no cluster data: the page reads the API
 with the caller's credentials (exact paths: nothing under them is open unless named here)."""
+CLIENT_CLOSED_REQUEST = 499
+"""The status of a request whose client closed the connection before sending its whole body, in
+the audit line and the metrics (nginx's "client closed request"); no client ever receives it."""
+CLIENT_CLOSED = "client closed request: the connection closed before the whole body came"
 PEER_CERT = "scale_agent.peercert"
 """The ASGI scope extension where the HTTP server puts a verified client certificate."""
 
@@ -127,6 +134,18 @@ class Authentication:
 
         try:
             await self.app(scope, receive, sending if writes else send)
+        except ClientDisconnect:
+            # The client hung up before its whole body came: nothing failed, and nobody is left to
+            # answer (the server drops what is sent now); the audit line and the metrics say so.
+            log.info(
+                "HTTP %s %s: the client closed the connection before sending its whole body (%d)",
+                scope["method"],
+                scope["path"],
+                CLIENT_CLOSED_REQUEST,
+            )
+            if not audited:
+                state["audit"] = {**(state.get("audit") or {}), "error": CLIENT_CLOSED}
+                await error_response(CLIENT_CLOSED_REQUEST, CLIENT_CLOSED)(scope, receive, sending if writes else send)
         finally:
             CURRENT.reset(token)
             if writes and not audited:  # the request failed before any answer
