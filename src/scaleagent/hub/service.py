@@ -28,7 +28,7 @@ from .agents.registry import Registry
 from .agents.routing import OperationRouter
 from .api.app import create_app
 from .api.deps import ApiDeps, GuardSettings
-from .api.http_protocol import PeerCertificateProtocol
+from .api.http_protocol import limited_protocol
 from .api.security import Security
 from .auth.access import Access
 from .auth.agents import AgentIdentities
@@ -255,6 +255,9 @@ class Hub:
             # were turned away while the hub had room. Queue up to grpc.maxPendingCalls instead.
             ("grpc.server.max_pending_requests", c.grpc.max_pending_calls),
             ("grpc.server.max_pending_requests_hard_limit", c.grpc.max_pending_calls),
+            # A connection that has not completed TLS and HTTP/2's preface and SETTINGS by then is
+            # closed (gRPC's default: 120 s): connections that never speak cannot pile up.
+            ("grpc.server_handshake_timeout_ms", int(c.grpc.handshake_seconds * 1000)),
         ]
         if c.grpc.keep_alive_seconds > 0:
             options += [
@@ -315,7 +318,11 @@ class Hub:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
-            http=PeerCertificateProtocol,
+            http=limited_protocol(
+                request_head_seconds=self.config.http.request_head_seconds,
+                max_connections=self.config.http.max_connections,
+            ),
+            timeout_keep_alive=self.config.http.keep_alive_seconds,
             ssl_certfile=tls.cert_file,
             ssl_keyfile=tls.key_file,
             ssl_ca_certs=str(tls.client_ca_file) if tls.client_ca_file else None,
