@@ -62,6 +62,7 @@ __all__ = [
     "ConfigError",
     "DatabaseConfig",
     "DynamicAccountsConfig",
+    "FailedLoginsConfig",
     "GrpcConfig",
     "HttpConfig",
     "HttpTlsConfig",
@@ -220,6 +221,14 @@ class TokenReviewConfig(ConfigModel):
     cache_seconds: StrictFloat = Field(10.0, ge=0, le=600)
 
 
+class FailedLoginsConfig(ConfigModel):
+    """Failed HTTP logins (an invalid bearer token) allowed per client address in a window; past
+    them, that address's logins get 429 until the window ends. Each may cost a TokenReview."""
+
+    limit: StrictInt = Field(10, ge=1, le=1_000_000)
+    window_seconds: StrictFloat = Field(60.0, gt=0, le=86_400)
+
+
 class UsersAndGroupsConfig(ConfigModel):
     """Who holds a role: user names and group names."""
 
@@ -286,6 +295,7 @@ class AuthConfig(ConfigModel):
     default_permissions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # How long an authorization decision about one caller and account is remembered.
     decision_cache_seconds: StrictFloat = Field(5.0, ge=0, le=600)
+    failed_logins: FailedLoginsConfig = Field(default_factory=FailedLoginsConfig)
     agents: AgentsAuthConfig = Field(default_factory=AgentsAuthConfig)
 
     @field_validator("token", mode="before")
