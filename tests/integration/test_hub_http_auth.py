@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -403,3 +404,103 @@ def test_a_dynamic_accounts_stored_permissions_hold_whatever_its_agent_describes
         assert bob.call("GET", "/api/v1/accounts/ops-dynamic/objects")[0] == 200
     finally:
         agent.close()
+
+
+def _get_from(hub: HubProcess, source: str, path: str, token: str | None) -> tuple[int, Any, Any]:
+    """GET from a given loopback source address (127.0.0.2 is another client to the hub)."""
+    parts = urlsplit(hub.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        answer = conn.getresponse()
+        return answer.status, answer.headers, json.loads(answer.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_failed_logins_from_one_address_are_throttled(tmp_path):
+    """Past auth.failedLogins.limit wrong tokens, an address's logins get 429 with Retry-After
+    (so that guessing tokens, each a TokenReview when that is on, is bounded); another address,
+    and the probes, are not affected."""
+    tokens = write_yaml(
+        tmp_path / "tokens.yaml", [{"name": "alice", "groups": ["dev"], "tokenHash": hash_token("alice-token")}]
+    )  # type: ignore[arg-type]
+    config = {
+        "server": {"grpcPort": 0, "httpPort": 0},
+        "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"},
+        "auth": {"staticTokensFile": str(tokens), "failedLogins": {"limit": 3, "windowSeconds": 600}},
+    }
+    hub = HubProcess(write_yaml(tmp_path / "hub.yaml", config))
+    try:
+        assert _get_from(hub, "127.0.0.1", "/api/v1/whoami", "alice-token")[0] == 200
+        for i in range(3):
+            status, _, body = _get_from(hub, "127.0.0.1", "/api/v1/whoami", f"guess-{i}")
+            assert status == 401, body
+        status, headers, body = _get_from(hub, "127.0.0.1", "/api/v1/whoami", "guess-3")
+        assert status == 429, body
+        assert "too many failed logins" in body["error"]
+        assert 0 < int(headers["Retry-After"]) <= 600
+        # The whole address waits, a valid token included: the hub cannot tell a guess that hit.
+        assert _get_from(hub, "127.0.0.1", "/api/v1/whoami", "alice-token")[0] == 429
+        assert _get_from(hub, "127.0.0.1", "/health", None)[0] == 200
+        status, _, body = _get_from(hub, "127.0.0.2", "/api/v1/whoami", "alice-token")
+        assert status == 200 and body["name"] == "alice", body
+        hub.wait_log(r"3 failed logins from 127\.0\.0\.1 within 600s")
+    finally:
+        hub.stop()
+
+
+def test_health_names_the_configuration_file_to_admins_only(tmp_path):
+    from ..helpers import login_hub
+
+    hub = login_hub(tmp_path, {"carol": (["platform"], "carol-token"), "alice": (["dev"], "alice-token")})
+    try:
+        for token in (None, "alice-token", "wrong-token"):
+            status, _, doc = _get_from(hub, "127.0.0.1", "/health", token)
+            assert status == 200, (token, doc)  # a probe's answer, whatever credential comes along
+            assert "changesApplied" in doc["configuration"], doc
+            assert "file" not in doc["configuration"] and str(tmp_path) not in json.dumps(doc), (token, doc)
+        status, _, doc = _get_from(hub, "127.0.0.1", "/health", "carol-token")
+        assert status == 200 and doc["configuration"]["file"] == str(tmp_path / "hub.yaml"), doc
+    finally:
+        hub.stop()
+
+
+def test_the_hub_replicas_are_listed_to_admins_only(tmp_path):
+    from ..helpers import login_hub
+
+    hub = login_hub(tmp_path, {"carol": (["platform"], "carol-token"), "alice": (["dev"], "alice-token")})
+    try:
+        status, _, replicas = _get_from(hub, "127.0.0.1", "/armory/clouddrivers", "carol-token")
+        assert status == 200 and len(replicas) == 1, replicas
+        one = f"/armory/clouddrivers/{replicas[0]['id']}"
+        assert _get_from(hub, "127.0.0.1", one, "carol-token")[0] == 200
+        for path in ("/armory/clouddrivers", one):
+            status, _, body = _get_from(hub, "127.0.0.1", path, "alice-token")
+            assert status == 403 and "needs the admin role" in body["error"], (path, body)
+    finally:
+        hub.stop()
+
+
+def test_accounts_open_to_every_caller_are_named_in_the_log(tmp_path):
+    """No permissions and no auth.defaultPermissions: Spinnaker's rule opens the account to every
+    logged-in caller, which the hub says, naming the account, at start and at first use."""
+    from ..helpers import login_hub
+
+    users = {"carol": (["platform"], "carol-token"), "alice": (["dev"], "alice-token")}
+    ref = "encryptedFile:k8s!n:kc!k:config!ns:spin"
+    hub = login_hub(tmp_path, users)
+    try:
+        created = [{"name": "open-one", "kubeconfigFile": ref}, {"name": "closed", "kubeconfigFile": ref}]
+        created[1]["permissions"] = {"READ": ["dev"], "WRITE": ["ops"]}
+        assert hub.call("POST", "/armory/accounts", created, token="carol-token")[0] == 201
+        assert hub.call("GET", "/api/v1/accounts/open-one/objects", token="alice-token")[0] in (200, 404)
+        hub.wait_log(r"account 'open-one' has no permissions and auth.defaultPermissions is empty")
+    finally:
+        hub.stop()
+    hub = login_hub(tmp_path, users)
+    try:
+        line = hub.wait_log(r"accounts .*: each has no permissions")
+        assert "open-one" in line and "closed" not in line, line
+    finally:
+        hub.stop()

@@ -186,6 +186,31 @@ def test_plain_kubeconfig_paths_are_refused_without_directories(tmp_path):
         hub.stop()
 
 
+def test_account_management_refuses_plain_kubeconfig_paths_without_the_interceptor(tmp_path):
+    """With the interceptor off, /credentials only keeps definitions; a definition naming a file
+    outside the directories is still refused, not stored to be read back or migrated later."""
+    hub = HubProcess(
+        write_yaml(
+            tmp_path / "hub.yaml",
+            {"server": {"grpcPort": 0, "httpPort": 0}, "database": {"url": f"sqlite:///{tmp_path / 'hub.db'}"}},
+        )
+    )
+    try:
+        status, answer = hub.post(
+            "/credentials", {"name": "probe", "type": "kubernetes", "kubeconfigFile": "/etc/shadow"}
+        )
+        assert status == 400, answer
+        assert answer["error"].startswith("account 'probe': kubeconfigFile: plain file paths are disabled")  # type: ignore[index]
+        assert hub.get("/credentials/probe")[0] == 404  # nothing was stored
+        kept = {"name": "kept", "type": "kubernetes", "kubeconfigFile": "encryptedFile:k8s!n:kc!k:config!ns:spin"}
+        assert hub.post("/credentials", kept) == (200, kept)
+        status, answer = hub.call("PUT", "/credentials", {**kept, "kubeconfigFile": "/etc/shadow"})
+        assert status == 400 and "dynamicAccounts.kubeconfigDirectories" in answer["error"], answer
+        assert hub.json("/credentials/kept") == kept  # unchanged
+    finally:
+        hub.stop()
+
+
 def test_a_refused_kubeconfig_file_tells_nothing_about_the_file(kubesim, tmp_path):
     allowed = tmp_path / "kubeconfigs"
     allowed.mkdir()

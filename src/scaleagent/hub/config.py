@@ -62,7 +62,9 @@ __all__ = [
     "ConfigError",
     "DatabaseConfig",
     "DynamicAccountsConfig",
+    "FailedLoginsConfig",
     "GrpcConfig",
+    "HttpConfig",
     "HttpTlsConfig",
     "HubConfig",
     "InterceptorConfig",
@@ -219,6 +221,14 @@ class TokenReviewConfig(ConfigModel):
     cache_seconds: StrictFloat = Field(10.0, ge=0, le=600)
 
 
+class FailedLoginsConfig(ConfigModel):
+    """Failed HTTP logins (an invalid bearer token) allowed per client address in a window; past
+    them, that address's logins get 429 until the window ends. Each may cost a TokenReview."""
+
+    limit: StrictInt = Field(10, ge=1, le=1_000_000)
+    window_seconds: StrictFloat = Field(60.0, gt=0, le=86_400)
+
+
 class UsersAndGroupsConfig(ConfigModel):
     """Who holds a role: user names and group names."""
 
@@ -285,6 +295,7 @@ class AuthConfig(ConfigModel):
     default_permissions: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     # How long an authorization decision about one caller and account is remembered.
     decision_cache_seconds: StrictFloat = Field(5.0, ge=0, le=600)
+    failed_logins: FailedLoginsConfig = Field(default_factory=FailedLoginsConfig)
     agents: AgentsAuthConfig = Field(default_factory=AgentsAuthConfig)
 
     @field_validator("token", mode="before")
@@ -374,6 +385,24 @@ class GrpcConfig(ConfigModel):
     # Agents proving nothing (no token, no identity, no client certificate) on an address beyond
     # loopback could feed the cache anything and receive operations: refused unless said here.
     allow_anonymous_agents: StrictBool = False
+    # A connection that has not finished its TLS handshake and sent HTTP/2's preface and first
+    # SETTINGS by then is closed (gRPC's own default: 120 s), so that connections that never
+    # speak cannot hold the hub's descriptors. Generous for an agent: thousands of agents
+    # reconnecting at once complete their handshakes within a few seconds.
+    handshake_seconds: StrictFloat = Field(20.0, gt=0, le=600)
+
+
+class HttpConfig(ConfigModel):
+    """Limits of the HTTP API's server on its connections, so that clients that connect and say
+    nothing (or say it a byte at a time) cannot hold its descriptors."""
+
+    # A connection must send a whole request head (request line and headers) within this long of
+    # connecting or of starting its next request; otherwise it is closed.
+    request_head_seconds: StrictFloat = Field(10.0, gt=0, le=600)
+    # A kept-alive connection with no request under way is closed after this long.
+    keep_alive_seconds: StrictInt = Field(5, ge=1, le=3600)
+    # Connections open at once (long-lived watches included); one beyond is closed on arrival.
+    max_connections: StrictInt = Field(1000, ge=1, le=1_000_000)
 
 
 class KubernetesConfig(ConfigModel):
@@ -592,6 +621,7 @@ class HubConfig(ConfigModel):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     grpc: GrpcConfig = Field(default_factory=GrpcConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
     operations: OperationsConfig = Field(default_factory=OperationsConfig)
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     dynamic_accounts: DynamicAccountsConfig = Field(default_factory=DynamicAccountsConfig)

@@ -28,11 +28,12 @@ from .agents.registry import Registry
 from .agents.routing import OperationRouter
 from .api.app import create_app
 from .api.deps import ApiDeps, GuardSettings
-from .api.http_protocol import PeerCertificateProtocol
+from .api.http_protocol import limited_protocol
 from .api.security import Security
-from .auth.access import Access
+from .auth.access import UNRESTRICTED_WARNING, Access
 from .auth.agents import AgentIdentities
 from .auth.callers import Authenticator, StaticTokens, TokenReviewer
+from .auth.throttle import LoginThrottle
 from .cache.cache import Cache
 from .config import HubConfig, is_loopback
 from .metrics import HubMetrics
@@ -41,7 +42,7 @@ from .replicas.forwarding import Forwarder
 from .replicas.offers import Offers
 from .replicas.operations import ReplicaOperations
 from .replicas.peers import Peer, PeerSet
-from .store import Store
+from .store import Store, StoreError
 from .store.shared import SharedStore
 from .tasks import TaskRunner
 
@@ -206,6 +207,7 @@ class Hub:
         gc.set_threshold(*GC_THRESHOLDS)
         self._gc_task = asyncio.get_running_loop().create_task(_freeze_periodically(), name="gc freeze")
         self._say_who_may_call()
+        await self._name_unrestricted_accounts()
         log.info(
             "hub %s: gRPC on %s (%s), HTTP on %s",
             self.replica,
@@ -239,6 +241,22 @@ class Hub:
                 "agents: no token and no client certificates: anyone who reaches the gRPC port may connect as an agent"
             )
 
+    async def _name_unrestricted_accounts(self) -> None:
+        """With logins on and no auth.defaultPermissions, an account without permissions of its
+        own is open to every logged-in caller: the ones known at start are named, and the others
+        when first asked about (auth/access.py)."""
+        if not self.config.http_auth or any(self.config.auth.default_permissions.values()):
+            return
+        try:
+            rows = await self.store.list_accounts()
+        except StoreError as e:
+            log.warning("cannot list the accounts without permissions (%s)", e)
+            return
+        names = sorted(r.name for r in rows if not _has_permissions(r.properties.get("permissions")))
+        if names:
+            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+            log.warning("accounts %s: each %s", shown, UNRESTRICTED_WARNING)
+
     async def _start_grpc(self) -> None:
         c = self.config
         options = [
@@ -255,6 +273,9 @@ class Hub:
             # were turned away while the hub had room. Queue up to grpc.maxPendingCalls instead.
             ("grpc.server.max_pending_requests", c.grpc.max_pending_calls),
             ("grpc.server.max_pending_requests_hard_limit", c.grpc.max_pending_calls),
+            # A connection that has not completed TLS and HTTP/2's preface and SETTINGS by then is
+            # closed (gRPC's default: 120 s): connections that never speak cannot pile up.
+            ("grpc.server_handshake_timeout_ms", int(c.grpc.handshake_seconds * 1000)),
         ]
         if c.grpc.keep_alive_seconds > 0:
             options += [
@@ -315,7 +336,11 @@ class Hub:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
-            http=PeerCertificateProtocol,
+            http=limited_protocol(
+                request_head_seconds=self.config.http.request_head_seconds,
+                max_connections=self.config.http.max_connections,
+            ),
+            timeout_keep_alive=self.config.http.keep_alive_seconds,
             ssl_certfile=tls.cert_file,
             ssl_keyfile=tls.key_file,
             ssl_ca_certs=str(tls.client_ca_file) if tls.client_ca_file else None,
@@ -435,7 +460,8 @@ def _security(config: HubConfig) -> Security:
         client_certificates=config.server.http_tls.client_ca_file is not None,
         is_admin=access.is_admin,
     )
-    return Security(authenticator, access, config.replicas.token.get_secret_value())
+    throttle = LoginThrottle(limit=a.failed_logins.limit, window_seconds=a.failed_logins.window_seconds)
+    return Security(authenticator, access, config.replicas.token.get_secret_value(), throttle)
 
 
 def _own_base_url(config: HubConfig, port: int | None = None) -> str:
@@ -448,6 +474,10 @@ def _own_base_url(config: HubConfig, port: int | None = None) -> str:
         except OSError:
             host = "127.0.0.1"
     return f"http://{_url_host(host)}:{port if port is not None else config.server.http_port}"
+
+
+def _has_permissions(permissions: object) -> bool:
+    return isinstance(permissions, dict) and any(permissions.values())
 
 
 def _url_host(host: str) -> str:

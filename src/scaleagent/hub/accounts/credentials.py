@@ -430,7 +430,7 @@ class CredentialsService:
         """POST /credentials: store a new definition; when intercepting, make it a dynamic account
         and migrate it. Raises InvalidRequest, or Conflict when the name is taken (a definition,
         or when intercepting any account of kubesvc_accounts)."""
-        definition = parse_definition(body)
+        definition = self._parse(body)
         name = definition.name
         async with self._locked(name):
             if not self.intercepting:
@@ -467,7 +467,7 @@ class CredentialsService:
         in progress, a concurrent change); only a database failure can stop the definition's
         write after it, and repeating the PUT then completes it (the change is already made, so
         it is not made twice)."""
-        definition = parse_definition(body)
+        definition = self._parse(body)
         name = definition.name
         async with self._locked(name):
             if self.intercepting:
@@ -629,6 +629,16 @@ class CredentialsService:
                 log.exception("namePatterns scan failed; trying again in %gs", self.config.scan_frequency_seconds)
 
     # --- helpers -------------------------------------------------------------------------------
+
+    def _parse(self, body: Any) -> Definition:
+        """A request's definition, refused (InvalidRequest: a 400) when its `kubeconfigFile` names
+        a file outside `dynamicAccounts.kubeconfigDirectories`, as `/armory/accounts` refuses it:
+        stored, it would wait for a scan or a migration to be refused, and read back as given."""
+        definition = parse_definition(body)
+        refused = self.accounts.resolver.refusal(definition.account.get("kubeconfigFile"))
+        if refused is not None:
+            raise InvalidRequest(f"account {definition.name!r}: kubeconfigFile: {refused}")
+        return definition
 
     async def _undo(self, name: str, *, definition: bool) -> None:
         """Take back the writes of an intercepted POST that failed half way: the dynamic account

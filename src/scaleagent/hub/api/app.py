@@ -69,7 +69,7 @@ def create_app(deps: ApiDeps) -> FastAPI:
         response_model=None,
         responses={200: {"model": Health}},
     )
-    async def health() -> dict[str, Any]:
+    async def health(request: Request) -> dict[str, Any]:
         doc = {
             "status": "ok",
             "replica": deps.replica,
@@ -79,7 +79,13 @@ def create_app(deps: ApiDeps) -> FastAPI:
             "cache": deps.cache.stats(),
         }
         if deps.reload_status is not None:
-            doc["configuration"] = deps.reload_status.document()
+            configuration = deps.reload_status.document()
+            if not principal_of(request).admin:
+                # Answered without a login: where the file lives and why it was refused (which
+                # names it) are for admins; the counts are enough for a probe or an alert.
+                configuration.pop("file", None)
+                configuration.pop("refused", None)
+            doc["configuration"] = configuration
         return doc
 
     @app.get(

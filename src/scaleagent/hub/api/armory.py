@@ -12,8 +12,8 @@ written for Armory's Clouddriver plugin work against the hub unchanged:
 is included after bindings.py's, so `/armory/agents/bindings` keeps its meaning: an agent whose id
 is `bindings` cannot be read one by one (it is in the list).
 
-Everything here but the namespaces and the replica is for admins, like the other /armory/* routes
-(GET /armory/clouddrivers answers any caller with a login; so does its one item).
+Everything here but the namespaces is for admins, like the other /armory/* routes (GET
+/armory/clouddrivers, in replicas.py, too: replicas' addresses are for whoever runs the hubs).
 """
 
 from __future__ import annotations
@@ -323,11 +323,12 @@ def armory_router(deps: ApiDeps) -> APIRouter:
         "/armory/clouddrivers/{clouddriverId}",
         tags=["replicas"],
         summary="One hub replica discovery knows",
-        description="As one item of GET /armory/clouddrivers: `{baseUrl, id, lastUpdated, ready}`.",
+        description="As one item of GET /armory/clouddrivers: `{baseUrl, id, lastUpdated, ready}`. Admins only.",
         response_class=JSONResponse,
-        responses={200: {"model": ReplicaInfo}, 404: error("No replica of that id is known")},
+        responses={200: {"model": ReplicaInfo}, 403: FORBIDDEN, 404: error("No replica of that id is known")},
     )
-    async def clouddriver(clouddriverId: str) -> Response:
+    async def clouddriver(request: Request, clouddriverId: str) -> Response:
+        check_admin(deps, request, "reading a hub replica")
         peer = next((p for p in deps.peers.all() if p.id == clouddriverId), None)
         if peer is None:
             return error_response(

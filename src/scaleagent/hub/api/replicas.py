@@ -145,11 +145,14 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
         "/armory/clouddrivers",
         summary="The hub replicas discovery knows",
         description="Each `{baseUrl, id, lastUpdated, ready}`, as the seeds show Clouddriver replicas; "
-        "`ready` follows the pod's readiness. One replica lists only itself.",
+        "`ready` follows the pod's readiness. One replica lists only itself. Admins only.",
         response_model=None,
-        responses={200: {"model": list[ReplicaInfo]}},
+        responses={200: {"model": list[ReplicaInfo]}, 403: FORBIDDEN},
     )
-    async def clouddrivers() -> list[dict[str, Any]]:
+    async def clouddrivers(request: Request) -> list[dict[str, Any]]:
+        # Admins only, as the other /armory/* routes: each replica's address inside the network
+        # is of use to whoever runs the hubs, and to no caller who only reads or deploys.
+        check_admin(deps, request, "listing the hub replicas")
         dead: set[str] = set()
         if deps.assignments is not None:
             try:

@@ -3,7 +3,10 @@
 `Authentication` is an ASGI middleware: it finds who calls (hub/auth/callers.py) and keeps the
 `Principal` in the request's state, answering 401 for a missing or invalid credential. The
 probes (`/health`, `/ready`), the API's description (`/openapi.json`, `/docs`, `/redoc` and
-the files those pages load) and the dashboard's page and files (`/`, dashboard.py) stay open.
+the files those pages load) and the dashboard's page and files (`/`, dashboard.py) stay open;
+a credential sent to them still names the caller (an admin sees more of `/health`), and one
+refused there is counted but never answered with a 401. Invalid tokens are counted per client
+address (auth/throttle.py): past `auth.failedLogins.limit`, that address's logins get 429.
 
 A request another replica forwards carries the replicas' shared token and the caller it acts
 for; only that token makes the receiver believe the caller named (`REPLICA_TOKEN_HEADER`).
@@ -26,8 +29,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth.access import Access, Denied
-from ..auth.callers import AuthenticationFailed, Authenticator
-from ..auth.principal import ANONYMOUS, CURRENT, Principal
+from ..auth.callers import AuthenticationFailed, Authenticator, CredentialRefused
+from ..auth.principal import ANONYMOUS, CURRENT, UNAUTHENTICATED, Principal
+from ..auth.throttle import LoginThrottle
 from ..replicas.forwarding import ON_BEHALF_HEADER, REPLICA_TOKEN_HEADER
 from ..store import StoreError
 from .audit import WRITES, audit_line, audit_refusal
@@ -52,11 +56,19 @@ PEER_CERT = "scale_agent.peercert"
 
 
 class Security:
-    """What the HTTP API needs to authenticate and authorize: the methods, the rules, and the
-    replicas' shared token. `Security.open()` is a hub without logins (everyone is admin)."""
+    """What the HTTP API needs to authenticate and authorize: the methods, the rules, the
+    replicas' shared token, and the count of failed logins per client address.
+    `Security.open()` is a hub without logins (everyone is admin)."""
 
-    def __init__(self, authenticator: Authenticator, access: Access, replica_token: str = "") -> None:
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        access: Access,
+        replica_token: str = "",
+        throttle: LoginThrottle | None = None,
+    ) -> None:
         self.authenticator, self.access, self.replica_token = authenticator, access, replica_token
+        self.throttle = throttle or LoginThrottle()
 
     @classmethod
     def open(cls) -> Security:
@@ -87,13 +99,21 @@ class Authentication:
             return
         replica = self._replica(headers)
         principal: Principal | None
-        if replica is not None or not self.security.enabled or scope["path"] in OPEN_PATHS:
+        if replica is not None or not self.security.enabled:
             principal = replica or ANONYMOUS
+        elif scope["path"] in OPEN_PATHS:
+            # Answered without a login; a credential sent along still says who calls (an admin
+            # sees more of /health), but a refused one is only counted, never a 401 or a 429.
+            try:
+                principal = await self._login(headers, scope) or UNAUTHENTICATED
+            except (AuthenticationFailed, _Throttled):
+                principal = UNAUTHENTICATED
         else:
             try:
-                principal = await self.security.authenticator.authenticate(
-                    headers.get("authorization"), scope.get("extensions", {}).get(PEER_CERT)
-                )
+                principal = await self._login(headers, scope)
+            except _Throttled as e:
+                await _throttled(e.wait, scope, receive, send)
+                return
             except AuthenticationFailed as e:
                 await _unauthorized(str(e), scope, receive, send)
                 return
@@ -151,6 +171,29 @@ class Authentication:
             if writes and not audited:  # the request failed before any answer
                 audit_line(scope, principal, 500, state.get("audit") or {})
 
+    async def _login(self, headers: dict[str, str], scope: Scope) -> Principal | None:
+        """The caller its credential names, None without one. Raises _Throttled while its address
+        has failed too often (auth.failedLogins), AuthenticationFailed for a credential refused,
+        which counts against its address."""
+        throttle = self.security.throttle
+        client = (scope.get("client") or (None,))[0]
+        wait = throttle.retry_after(client) if "authorization" in headers else 0
+        if wait:
+            raise _Throttled(wait)
+        try:
+            return await self.security.authenticator.authenticate(
+                headers.get("authorization"), scope.get("extensions", {}).get(PEER_CERT)
+            )
+        except CredentialRefused:
+            if throttle.failed(client):
+                log.warning(
+                    "HTTP API: %d failed logins from %s within %gs: its logins are refused (429) until then",
+                    throttle.limit,
+                    client,
+                    throttle.window_seconds,
+                )
+            raise
+
     def _replica(self, headers: dict[str, str]) -> Principal | None:
         """The caller a forwarding replica acts for, when it proves it is one of the replicas."""
         given = headers.get(REPLICA_TOKEN_HEADER.lower())
@@ -174,6 +217,23 @@ async def _unauthorized(message: str, scope: Scope, receive: Receive, send: Send
         audit_refusal(scope, 401, message)
     response = error_response(401, message)
     response.headers["WWW-Authenticate"] = 'Bearer realm="scale-agent"'
+    await response(scope, receive, send)
+
+
+class _Throttled(Exception):
+    def __init__(self, wait: int) -> None:
+        self.wait = wait
+
+
+async def _throttled(wait: int, scope: Scope, receive: Receive, send: Send) -> None:
+    message = (
+        f"too many failed logins from this address: try again in {wait}s "
+        "(auth.failedLogins in the hub's configuration sets how many are allowed)"
+    )
+    if scope["method"] in WRITES:
+        audit_refusal(scope, 429, message)
+    response = error_response(429, message)
+    response.headers["Retry-After"] = str(wait)
     await response(scope, receive, send)
 
 

@@ -14,6 +14,7 @@ group (Armory once let a space in a role list silently disable a permission).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -25,6 +26,13 @@ __all__ = ["READ", "WRITE", "Access", "Denied"]
 
 READ = "READ"
 WRITE = "WRITE"
+
+log = logging.getLogger("scaleagent.hub.auth")
+
+UNRESTRICTED_WARNING = (
+    "has no permissions and auth.defaultPermissions is empty: every logged-in caller may read and "
+    "deploy to it (Spinnaker's rule); give it permissions, or set auth.defaultPermissions (docs/security.md)"
+)
 
 Permissions = Mapping[str, Iterable[str]]
 
@@ -45,6 +53,7 @@ class Access:
     ) -> None:
         self._clock = clock
         self._decisions: dict[tuple[Any, ...], tuple[bool, float]] = {}
+        self._said_unrestricted: set[str] = set()  # accounts a warning named, once each
         self.configure(
             admin_users=admin_users,
             admin_groups=admin_groups,
@@ -84,6 +93,10 @@ class Access:
             self.counts["cached"] += 1
             return self._counted(hit[0])
         allowed = self._decide(principal, action, permissions)
+        if not any(self._effective(permissions).values()) and account not in self._said_unrestricted:
+            if len(self._said_unrestricted) < 10_000:
+                self._said_unrestricted.add(account)
+                log.warning("account %r %s", account, UNRESTRICTED_WARNING)
         if len(self._decisions) > 50_000:
             self._decisions.clear()
         self._decisions[key] = (allowed, now + self.cache_seconds)

@@ -29,6 +29,7 @@ from .settings import normalize_roles
 
 __all__ = [
     "AuthenticationFailed",
+    "CredentialRefused",
     "Authenticator",
     "StaticTokens",
     "TokenReviewer",
@@ -44,6 +45,11 @@ MAX_CACHED_REVIEWS = 10_000
 class AuthenticationFailed(Exception):
     """The request carried a credential that is not valid (401): the message says which method
     refused it, never the credential."""
+
+
+class CredentialRefused(AuthenticationFailed):
+    """The credential itself is not valid (not: the hub could not check it): counted against the
+    caller's address (auth/throttle.py)."""
 
 
 def hash_token(token: str) -> str:
@@ -333,7 +339,7 @@ class Authenticator:
             token = token.strip()
             if scheme.lower() != "bearer" or not token:
                 self._count("rejected")
-                raise AuthenticationFailed("the Authorization header must be 'Bearer <token>'")
+                raise CredentialRefused("the Authorization header must be 'Bearer <token>'")
             if self.static_tokens is not None:
                 found = self.static_tokens.lookup(token)
                 if found is not None:
@@ -348,7 +354,7 @@ class Authenticator:
                 for name, on in (("static tokens", self.static_tokens), ("TokenReview", self.token_reviewer))
                 if on is not None
             ]
-            raise AuthenticationFailed(
+            raise CredentialRefused(
                 f"the bearer token is not valid ({' or '.join(methods) or 'no token method is configured'})"
             )
         if self.client_certificates and peercert:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-__all__ = ["ANONYMOUS", "CURRENT", "Principal"]
+__all__ = ["ANONYMOUS", "CURRENT", "UNAUTHENTICATED", "Principal"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,10 @@ class Principal:
 ANONYMOUS = Principal("anonymous", frozenset(), "anonymous", admin=True)
 """Who calls a hub without authentication: with `auth.anonymous` (or on loopback with no login
 configured), anyone who reaches the port may do anything, as before authentication existed."""
+
+UNAUTHENTICATED = Principal("anonymous", frozenset(), "anonymous", admin=False)
+"""Who calls a path open without a login (`/health`, `/docs`...) on a hub with logins, sending no
+valid credential: no role at all."""
 
 
 CURRENT: ContextVar[Principal | None] = ContextVar("scale_agent_principal", default=None)
