@@ -625,13 +625,14 @@ def login_hub(directory: Path, users: dict[str, tuple[list[str], str]], **extra:
             {"name": name, "groups": groups, "tokenHash": hash_token(token)} for name, (groups, token) in users.items()
         ],
     )
+    auth = {"staticTokensFile": str(tokens), "admins": {"groups": ["platform"]}, **extra.pop("auth", {})}  # type: ignore[dict-item]
     return HubProcess(
         write_yaml(
             directory / "hub.yaml",
             {
                 "server": {"grpcPort": 0, "httpPort": 0},
                 "database": {"url": f"sqlite:///{directory / 'hub.db'}"},
-                "auth": {"staticTokensFile": str(tokens), "admins": {"groups": ["platform"]}},
+                "auth": auth,
                 **extra,
             },
         )
