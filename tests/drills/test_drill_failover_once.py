@@ -62,12 +62,52 @@ def until(condition, what: str, timeout: float = WAIT) -> None:
         time.sleep(0.2)  # a poll interval: the condition is checked again, never assumed
 
 
+class Namespace:
+    """The drill's namespace in kubesim's first cluster, and its Jobs, read with the official client."""
+
+    def __init__(self, kubeconfig: Path, prefix: str) -> None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.core, self.batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        self.name, self.run = f"{prefix}-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
+        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.name)))
+
+    def job(self, generate_name: str) -> dict:
+        """A Job whose pod kubesim never places: it runs until the drill finishes it."""
+        pod = {"restartPolicy": "Never", "nodeSelector": NO_NODE, "containers": [{"name": "c", "image": "busybox"}]}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"generateName": generate_name, "labels": {"drill": self.run}},
+            "spec": {"backoffLimit": 0, "template": {"spec": pod}},
+        }
+
+    def jobs(self) -> list[str]:
+        items = self.batch.list_namespaced_job(self.name, label_selector=f"drill={self.run}").items
+        return sorted(j.metadata.name for j in items)
+
+    def finish(self, job: str) -> None:
+        """The Job's pod succeeds, as a kubelet would report it."""
+        pod = self.core.list_namespaced_pod(self.name, label_selector=f"job-name={job}").items[0]
+        self.core.patch_namespaced_pod_status(pod.metadata.name, self.name, {"status": {"phase": "Succeeded"}})
+
+    def delete(self) -> None:
+        self.core.delete_namespace(self.name)
+
+
+def ended(hub: HubProcess, created: dict) -> tuple[dict, list[str]]:
+    """The task once it has ended, read from `hub`, and the objects its results name."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        status, task = hub.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)
+        assert status == 200, task
+        if task["state"] != "running":
+            return task, [m["metadata"]["name"] for r in task["resultObjects"] for m in r.get("manifests", [])]
+        assert time.monotonic() < deadline, "the task never ended"
+
+
 def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(postgres_db, kubesim, tmp_path):
     kubeconfig = kubesim.admin(0)
-    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    namespace, run = f"drill-once-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    ns = Namespace(kubeconfig, "drill-once")
     hubs = start_replicas(
         tmp_path, emptied(postgres_db), operations={"operationWaitMs": int(WAIT * 1000)}, sessions={"graceSeconds": 30}
     )
@@ -78,32 +118,12 @@ def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(
         a.wait_until("/api/v1/accounts/shared", lambda d: d["agentState"] == "watching", what="agent-1 streams")
         agents.append(start_agent(tmp_path, "agent-2", c, kubeconfig))
         agents[1].wait_health(lambda d: d["hub"]["state"] == "connected", what="agent-2 standing by")
-
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"generateName": "migrate-", "labels": {"drill": run}},
-            "spec": {
-                "backoffLimit": 0,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "nodeSelector": NO_NODE,
-                        "containers": [{"name": "c", "image": "busybox"}],
-                    }
-                },
-            },
-        }
-        status, created = b.post(
-            "/kubernetes/ops", [{"runJob": {"account": "shared", "manifest": job, "namespace": namespace}}]
-        )
+        run_job = {"account": "shared", "manifest": ns.job("migrate-"), "namespace": ns.name}
+        status, created = b.post("/kubernetes/ops", [{"runJob": run_job}])
         assert status == 200, created
 
-        def jobs() -> list[str]:
-            return [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=f"drill={run}").items]
-
-        until(lambda: len(jobs()) == 1, "agent-1 creates the Job")
-        first = jobs()
+        until(lambda: len(ns.jobs()) == 1, "agent-1 creates the Job")
+        first = ns.jobs()
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
         killed = time.monotonic()
@@ -117,30 +137,23 @@ def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(
                 "\n".join(context[-60:]) + "\nagent-2:\n" + "\n".join(agents[1].stderr[-30:])
             ) from None
         resent = time.monotonic() - killed
-        after = jobs()
+        after = ns.jobs()
         print(
             f"\ndrill failover once: Jobs before hub-a died {first}, after the resend to agent-2 {after} ({resent:.1f}s)"
         )
         assert after == first
 
         # The Job's pod finishes: the task completes, reporting the one Job there is.
-        pod = core.list_namespaced_pod(namespace, label_selector=f"job-name={first[0]}").items[0]
-        core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
-        deadline = time.monotonic() + WAIT
-        while True:
-            status, task = c.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)
-            assert status == 200, task
-            if task["state"] != "running" or time.monotonic() > deadline:
-                break
-        reported = [m["metadata"]["name"] for r in task["resultObjects"] for m in r.get("manifests", [])]
-        print(f"drill failover once: task {task['state']}, reporting {reported}; Jobs in the cluster {jobs()}")
+        ns.finish(first[0])
+        task, reported = ended(c, created)
+        print(f"drill failover once: task {task['state']}, reporting {reported}; Jobs in the cluster {ns.jobs()}")
         assert task["state"] == "completed", yaml.safe_dump(task)
-        assert reported == first == jobs()
+        assert reported == first == ns.jobs()
     finally:
         for agent in agents:
             agent.stop()
         stop(hubs)
-        core.delete_namespace(namespace)
+        ns.delete()
 
 
 def test_a_task_whose_replica_dies_ends_with_the_result_the_streaming_replica_received(postgres_db, kubesim, tmp_path):
@@ -148,60 +161,31 @@ def test_a_task_whose_replica_dies_ends_with_the_result_the_streaming_replica_re
     dies while the Job runs. The Job completes; hub-a has the agent's result, and the task, read
     from hub-c, ends with it rather than "may have been carried out"."""
     kubeconfig = kubesim.admin(0)
-    core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    batch = client.BatchV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    namespace, run = f"drill-outcome-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:8]
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    ns = Namespace(kubeconfig, "drill-outcome")
     hubs = start_replicas(tmp_path, emptied(postgres_db), operations={"operationWaitMs": int(WAIT * 1000)})
     a, b, c = hubs.values()
     agent = None
     try:
         agent = start_agent(tmp_path, "agent-1", a, kubeconfig)
         a.wait_until("/api/v1/accounts/shared", lambda d: d["agentState"] == "watching", what="agent-1 streams")
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"generateName": "report-", "labels": {"drill": run}},
-            "spec": {
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "nodeSelector": NO_NODE,
-                        "containers": [{"name": "c", "image": "busybox"}],
-                    }
-                }
-            },
-        }
-        operations = [{"runJob": {"account": "shared", "manifest": job, "namespace": namespace}}]
-        status, created = b.post("/kubernetes/ops", operations)
+        run_job = {"account": "shared", "manifest": ns.job("report-"), "namespace": ns.name}
+        status, created = b.post("/kubernetes/ops", [{"runJob": run_job}])
         assert status == 200, created
-
-        def jobs() -> list[str]:
-            return [j.metadata.name for j in batch.list_namespaced_job(namespace, label_selector=f"drill={run}").items]
-
-        until(lambda: len(jobs()) == 1, "agent-1 creates the Job")
+        until(lambda: len(ns.jobs()) == 1, "agent-1 creates the Job")
         until(lambda: any(op["type"] == "runJob" for op in in_flight(agent)), "agent-1 waits for the Job")
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait()
-        pod = core.list_namespaced_pod(namespace, label_selector=f"job-name={jobs()[0]}").items[0]
-        core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
-        deadline = time.monotonic() + WAIT
-        while True:
-            status, task = c.get(f"{created['resourceUri']}?waitSeconds=10", timeout=40)
-            assert status == 200, task
-            if task["state"] != "running":
-                break
-            assert time.monotonic() < deadline, "the task never ended"
-        reported = [m["metadata"]["name"] for r in task["resultObjects"] for m in r.get("manifests", [])]
+        ns.finish(ns.jobs()[0])
+        task, reported = ended(c, created)
         print(
             f"\ndrill task outcome: hub-b (its replica) killed; the task read from hub-c is {task['state']}, "
-            f"reporting {reported}; Jobs in the cluster {jobs()}"
+            f"reporting {reported}; Jobs in the cluster {ns.jobs()}"
         )
         assert task["state"] == "completed", yaml.safe_dump(task)
-        assert reported == jobs()
+        assert reported == ns.jobs()
         assert any("recorded by that replica" in h["status"] for h in task["history"]), task["history"]
     finally:
         if agent is not None:
             agent.stop()
         stop(hubs)
-        core.delete_namespace(namespace)
+        ns.delete()
