@@ -156,10 +156,15 @@ def test_a_job_resent_to_a_standby_agent_after_its_replica_dies_is_created_once(
         ns.delete()
 
 
-def test_a_task_whose_replica_dies_ends_with_the_result_the_streaming_replica_received(postgres_db, kubesim, tmp_path):
+@pytest.mark.parametrize("fault", ["killed", "killed and restarted", "stopped"])
+def test_a_task_whose_replica_goes_ends_with_the_result_the_streaming_replica_received(
+    postgres_db, kubesim, tmp_path, fault
+):
     """Issue 29, item 5: the task is received by hub-b, its runJob runs on hub-a's agent, and hub-b
-    dies while the Job runs. The Job completes; hub-a has the agent's result, and the task, read
-    from hub-c, ends with it rather than "may have been carried out"."""
+    goes while the Job runs: killed; killed and started again at once under the same name (before
+    the others notice it died); or stopped cleanly (a rolling update). The Job completes; hub-a has
+    the agent's result, and the task, read from hub-c, ends with it rather than "may have been
+    carried out" (or, before the fix for the restart, stays running for ever)."""
     kubeconfig = kubesim.admin(0)
     ns = Namespace(kubeconfig, "drill-outcome")
     hubs = start_replicas(tmp_path, emptied(postgres_db), operations={"operationWaitMs": int(WAIT * 1000)})
@@ -173,12 +178,17 @@ def test_a_task_whose_replica_dies_ends_with_the_result_the_streaming_replica_re
         assert status == 200, created
         until(lambda: len(ns.jobs()) == 1, "agent-1 creates the Job")
         until(lambda: any(op["type"] == "runJob" for op in in_flight(agent)), "agent-1 waits for the Job")
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait()
+        if fault == "stopped":
+            b.stop()
+        else:
+            b.proc.send_signal(signal.SIGKILL)
+            b.proc.wait()
+        if fault == "killed and restarted":
+            hubs["hub-b"] = HubProcess(tmp_path / "hub-b.yaml")
         ns.finish(ns.jobs()[0])
         task, reported = ended(c, created)
         print(
-            f"\ndrill task outcome: hub-b (its replica) killed; the task read from hub-c is {task['state']}, "
+            f"\ndrill task outcome: hub-b (its replica) {fault}; the task read from hub-c is {task['state']}, "
             f"reporting {reported}; Jobs in the cluster {ns.jobs()}"
         )
         assert task["state"] == "completed", yaml.safe_dump(task)

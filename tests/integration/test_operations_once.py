@@ -164,3 +164,20 @@ async def wait_for_revisions(apps: object, namespace: str, count: int) -> None:
             return
         await asyncio.sleep(0.1)  # a poll interval: the condition is checked again, never assumed
     raise AssertionError(f"{count} revisions never appeared")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "words"),
+    [
+        ({"generateName": "x-", "annotations": ["not", "a", "map"]}, "metadata.annotations must be an object"),
+        ({"generateName": 7}, "metadata.generateName must be a string, not int"),
+    ],
+)
+async def test_a_job_with_malformed_metadata_is_refused_saying_what_is_wrong(
+    target, namespace, agents, metadata, words
+):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {}}
+    out = Outcome(operation="bad-0")
+    await agents[0].run("runJob", {"manifest": job, "namespace": namespace}, out)
+    assert out.error is not None and (out.error.code, out.error.reason) == (400, "BadRequest"), out.error
+    assert words in out.error.message

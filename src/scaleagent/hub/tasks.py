@@ -33,6 +33,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import orjson
@@ -74,6 +75,10 @@ request is a 400 naming the field and its range. Other numbers (in manifests, pa
 the API server's to judge."""
 
 ORCHESTRATION = "ORCHESTRATION"
+# A write about a forwarded operation holds it up this long at most (the database failing).
+RECORD_SECONDS = 5.0
+# How long past its deadline a forwarded operation recorded `running` is still believed to run.
+RUNNING_GRACE_SECONDS = 30.0
 # The least time given to the cache to show an operation's changes, even when the operation
 # itself used up operationWaitMs (capped by operationWaitMs).
 CACHE_WAIT_SECONDS = 10.0
@@ -91,6 +96,10 @@ class Operations(Protocol):
         op_id: str = "",
         task: TaskPosition | None = None,
     ) -> OperationReply: ...
+
+    def local(self, account: str) -> bool:
+        """Whether an agent of this replica streams the account (else the operation is forwarded)."""
+        ...
 
 
 class BadOperations(ValueError):
@@ -118,8 +127,12 @@ class Task:
     accounts: list[str] = field(default_factory=list)
     user: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    # Whether another replica ran one of its operations (and may have kept its result for it).
+    # Whether another replica ran one of its operations (and may have kept its result for it);
+    # whether the operation under way was sent to another replica; whether, as this replica
+    # stopped, the task went to that replica to end.
     forwarded: bool = field(default=False, repr=False)
+    forwarded_now: bool = field(default=False, repr=False)
+    handed_over: bool = field(default=False, repr=False)
 
     def log(self, phase: str, status: str) -> None:
         self.history.append({"phase": phase, "status": status, "timestamp": int(time.time() * 1000)})
@@ -277,13 +290,19 @@ class TaskRunner:
         return [mine[r.id].document() if r.id in mine else orjson.loads(r.document) for r in rows]
 
     async def start(self) -> None:
-        """Tasks this replica was running when it last stopped end now, as failed."""
+        """Tasks this replica was running when it last stopped end now, or go to the replica still
+        running their operation; the operations its former process ran for others ran no more."""
+        if self.shared is not None:
+            try:
+                await self.shared.forget_running_operations(self.replica)
+            except StoreError as e:
+                log.error("cannot forget the operations this replica ran before it restarted: %s", e)
         await self.end_tasks_of([self.replica], "the hub replica running it restarted")
 
     async def end_tasks_of(self, replicas: Collection[str], why: str) -> int:
         """End the tasks still marked running by these replicas (stopped or dead), with the results
         other replicas recorded for them (module docstring). A task whose forwarded operation runs
-        on a live replica is left to that replica, which ends it when the operation does."""
+        on a live replica is handed to that replica, which ends it when the operation does."""
         if self.shared is None:
             return 0
         ended = 0
@@ -298,11 +317,17 @@ class TaskRunner:
         return ended
 
     async def _end(self, task_id: str, replica: str, document: str, live: Collection[str], why: str) -> bool:
-        """End a task whose replica is gone; False while one of its operations runs on a live replica."""
+        """End a task whose replica is gone with its recorded results; or, while one of its
+        operations runs on a live replica, hand the task to that replica (False)."""
         assert self.shared is not None
-        operations = await self.shared.task_operations(task_id)
-        if any(o.state == RUNNING and o.replica in live for o in operations):
-            return False
+        for _ in range(2):  # an operation that ends while the task is handed over is read again
+            operations = await self.shared.task_operations(task_id)
+            holder = next((o.replica for o in operations if o.running_on(live)), None)
+            if holder is None:
+                break
+            if holder == self.replica or await self.shared.hand_task(task_id, from_replica=replica, to_replica=holder):
+                log.info("task %s of hub replica %s: its operation runs on %s, which ends it", task_id, replica, holder)
+                return False
         doc = _ended_document(orjson.loads(document), operations, why)
         if not await self.shared.end_task(
             task_id, expect_replica=replica, state=doc["state"], document=orjson.dumps(doc).decode()
@@ -317,37 +342,76 @@ class TaskRunner:
         op_id: str,
         type_: str,
         account: str,
+        timeout: float,
         run: Callable[[], Awaitable[OperationReply]],
     ) -> OperationReply:
         """Run an operation another replica forwarded for its task, recording it as it starts and
-        with its result, so that the task ends with that result even if its replica dies before it
+        with its result, so that the task ends with that result even if its replica goes before it
         reads the answer: then this replica ends the task itself. The database failing never
-        fails the operation (the task's replica still reads the answer)."""
+        fails the operation, and holds it up by RECORD_SECONDS at most at each step (the task's
+        replica still reads the answer)."""
         if self.shared is None:
             return await run()
+        deadline = datetime.now(UTC) + timedelta(seconds=timeout + RUNNING_GRACE_SECONDS)
         record = StoredOperation(
-            op_id, position.task, position.position, position.count, type_, account, self.replica, RUNNING, None
+            op_id,
+            position.task,
+            position.position,
+            position.count,
+            type_,
+            account,
+            self.replica,
+            RUNNING,
+            None,
+            deadline,
         )
-        await self._record(record)
-        reply = await run()
-        await self._record(replace(record, state="done", document=orjson.dumps(reply.document()).decode()))
+        await self._bounded(self.shared.put_operation(record), f"recording operation {op_id}")
         try:
-            row = await self.shared.get_task(position.task)
-            if row is not None and row.state == RUNNING:
-                live = {r.id for r in await self.shared.replicas()}
-                if row.replica not in live:
-                    why = f"hub replica {row.replica} stopped while the task ran"
-                    await self._end(row.id, row.replica, row.document, live, why)
-        except StoreError as e:
-            log.error("task %s: cannot tell whether its replica is still there: %s", position.task, e)
+            reply = await run()
+        except BaseException:
+            # Cut short (this replica stops): what it did is unknown, so it is recorded as nothing.
+            await asyncio.shield(self._bounded(self.shared.forget_operation(op_id), f"forgetting operation {op_id}"))
+            raise
+        done = replace(record, state="done", document=orjson.dumps(reply.document()).decode())
+        await self._bounded(self.shared.put_operation(done), f"recording the result of operation {op_id}")
+        await self._bounded(self._end_if_mine(position.task), f"ending task {position.task}")
         return reply
 
-    async def _record(self, operation: StoredOperation) -> None:
+    async def _end_if_mine(self, task_id: str) -> None:
+        """After a forwarded operation ended: end its task if it was handed to this replica, or if
+        its replica is gone (a sweep may not come: it found the operation running here)."""
         assert self.shared is not None
+        row = await self.shared.get_task(task_id)
+        if row is None or row.state != RUNNING:
+            return
+        live = {r.id for r in await self.shared.replicas()}
+        if row.replica == self.replica or row.replica not in live:
+            why = f"hub replica {row.replica} stopped while the task ran"
+            await self._end(row.id, row.replica, row.document, live - {row.replica}, why)
+
+    async def _bounded(self, work: Awaitable[Any], what: str) -> None:
+        """A write that must not hold an operation up for long, nor fail it."""
         try:
-            await self.shared.put_operation(operation)
-        except StoreError as e:
-            log.error("operation %s of task %s: cannot record it: %s", operation.operation_id, operation.task_id, e)
+            await asyncio.wait_for(work, RECORD_SECONDS)
+        except (StoreError, TimeoutError) as e:
+            log.error("%s: %s", what, e or f"the database did not answer within {RECORD_SECONDS:g}s")
+
+    async def _handed_over(self, task: Task) -> bool:
+        """This replica stops while `task` waits for an operation another replica runs: give the
+        task to that replica, which ends it with the agent's answer."""
+        if self.shared is None or not task.forwarded_now:
+            return False
+        live = {r.id for r in await self.shared.replicas()} - {self.replica}
+        operations = await self.shared.task_operations(task.id)
+        holder = next((o.replica for o in operations if o.running_on(live)), None)
+        if holder is None:
+            return False
+        task.log(
+            ORCHESTRATION,
+            f"Hub replica {self.replica} stopped; hub replica {holder}, running the operation, ends the task",
+        )
+        await self.shared.put_task(task.id, self.replica, RUNNING, orjson.dumps(task.document()).decode())
+        return await self.shared.hand_task(task.id, from_replica=self.replica, to_replica=holder)
 
     async def submit(self, operations: list[Operation], user: str = "") -> Task:
         """Create a task (recorded before its id is given out: any replica can read it) and run it."""
@@ -396,7 +460,8 @@ class TaskRunner:
         finally:
             if task.state in self.ended:
                 self.ended[task.state] += 1
-            await asyncio.shield(self._save(task))
+            if not task.handed_over:
+                await asyncio.shield(self._save(task))
 
     async def _operations(self, task: Task, operations: list[Operation]) -> None:
         try:
@@ -409,6 +474,13 @@ class TaskRunner:
                     await self._save(task)
             task.finish(COMPLETED, "Orchestration completed.")
         except asyncio.CancelledError:
+            try:
+                task.handed_over = await asyncio.wait_for(self._handed_over(task), RECORD_SECONDS)
+            except (StoreError, TimeoutError) as e:
+                log.error("task %s: cannot hand it over: %s", task.id, e or "the database did not answer")
+            if task.handed_over:
+                task.done.set()  # readers here look in the database, where its new replica ends it
+                raise
             task.exception = {
                 "message": "the hub stopped while the task ran",
                 "code": 503,
@@ -430,7 +502,9 @@ class TaskRunner:
         task.log(phase, f"Sending {op.type} to the agent of account {op.account}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.operation_wait
+        task.forwarded_now = not self.router.local(op.account)
         reply = await self.router.run(op.account, op.type, _prepared(op), self.operation_wait, op_id, position)
+        task.forwarded_now = False
         task.forwarded = task.forwarded or bool(reply.replica)
         result = _result_object(op, reply)
         if result:

@@ -803,6 +803,11 @@ class ClusterOperations:
         meta = dict(manifest.get("metadata") or {})
         if not meta.get("name") and not meta.get("generateName"):
             raise bad_request("the Job needs metadata.name or metadata.generateName")
+        for key in ("name", "generateName"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise bad_request(f"the Job's metadata.{key} must be a string, not {type(meta[key]).__name__}")
+        if not isinstance(meta.get("annotations") or {}, dict):
+            raise bad_request("the Job's metadata.annotations must be an object of strings")
         namespace = (
             _text(request.get("namespaceOverride") or request.get("namespace"), "namespace", required=False)
             or meta.get("namespace")

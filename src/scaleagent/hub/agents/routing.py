@@ -219,6 +219,10 @@ class OperationRouter:
                 busy[p.session_id] += 1
         return min(ready, key=lambda s: (busy[s.id], s.connected_at))
 
+    def local(self, account: str) -> bool:
+        """This router runs every operation on this replica's agents."""
+        return True
+
     async def run(
         self,
         account: str,

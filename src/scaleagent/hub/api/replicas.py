@@ -223,7 +223,7 @@ def replicas_router(deps: ApiDeps) -> APIRouter:
             reply = await run()
         else:
             position = TaskPosition(task["id"], task["position"], task["count"])
-            reply = await deps.tasks.run_forwarded(position, op["id"], op["type"], op["account"], run)
+            reply = await deps.tasks.run_forwarded(position, op["id"], op["type"], op["account"], timeout, run)
         return Response(orjson.dumps(reply.document()), media_type="application/json")
 
     @api.post(

@@ -250,6 +250,9 @@ class OperationResultRow(Base):
     replica: Mapped[str] = mapped_column(String(253), nullable=False)
     state: Mapped[str] = mapped_column(String(16), nullable=False)
     document: Mapped[str | None] = mapped_column(LongText, nullable=True)
+    # Past it, a row still `running` is not believed: its replica lost it (a crash between the
+    # agent's answer and the write, say), and the task is ended without it.
+    deadline_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, nullable=False)
 
 

@@ -85,6 +85,11 @@ class StoredOperation:
     replica: str
     state: str
     document: str | None
+    deadline_at: datetime
+
+    def running_on(self, live: Collection[str]) -> bool:
+        """Whether a live replica runs it now (and its deadline has not passed)."""
+        return self.state == "running" and self.replica in live and self.deadline_at > _now()
 
 
 class SharedStore:
@@ -322,6 +327,7 @@ class SharedStore:
                 "replica": operation.replica,
                 "state": operation.state,
                 "document": operation.document,
+                "deadline_at": operation.deadline_at,
                 "updated_at": _now(),
             }
             if row is None:
@@ -340,10 +346,62 @@ class SharedStore:
             )
             return [
                 StoredOperation(
-                    r.operation_id, r.task_id, r.position, r.count, r.type, r.account, r.replica, r.state, r.document
+                    r.operation_id,
+                    r.task_id,
+                    r.position,
+                    r.count,
+                    r.type,
+                    r.account,
+                    r.replica,
+                    r.state,
+                    r.document,
+                    _utc(r.deadline_at),
                 )
                 for r in (await session.execute(query)).scalars().all()
             ]
+
+    async def forget_operation(self, operation_id: str) -> None:
+        """A forwarded operation whose outcome this replica cannot tell (it was cut short)."""
+        async with self.store.transaction("forget operation result", operation_id) as session:
+            await session.execute(
+                delete(OperationResultRow)
+                .where(OperationResultRow.operation_id == operation_id)
+                .execution_options(synchronize_session=False)
+            )
+
+    async def forget_running_operations(self, replica: str) -> int:
+        """A replica starting again: the operations its former process was running are not running."""
+        async with self.store.transaction("forget running operations", replica) as session:
+            result = await session.execute(
+                delete(OperationResultRow)
+                .where(OperationResultRow.replica == replica, OperationResultRow.state == "running")
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result)
+
+    async def hand_task(self, task_id: str, *, from_replica: str, to_replica: str) -> bool:
+        """Make `to_replica` the runner of a running task of `from_replica` (gone, or stopping) while
+        its operation still runs there, so that it ends the task when the agent answers; False if
+        the task or the operation ended meanwhile (then its results are there to end it with)."""
+        running_there = (
+            select(OperationResultRow.operation_id)
+            .where(
+                OperationResultRow.task_id == task_id,
+                OperationResultRow.replica == to_replica,
+                OperationResultRow.state == "running",
+            )
+            .exists()
+        )
+        async with self.store.transaction("hand task over", task_id) as session:
+            result = await session.execute(
+                update(TaskRow)
+                .where(
+                    TaskRow.id == task_id, TaskRow.replica == from_replica, TaskRow.state == "running", running_there
+                )
+                .values(replica=to_replica, updated_at=_now())
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(result) == 1
 
     async def end_task(self, task_id: str, *, expect_replica: str, state: str, document: str) -> bool:
         """End a running task of `expect_replica` (a dead one's), dropping the results other

@@ -6,7 +6,8 @@ Create Date: 2026-11-28
 
 - `kubesvc_operation_results`: one row per operation a replica runs for a task another replica
   runs (`task_id`, the operation's `position` among the task's `count`, its `type` and
-  `account`), `running` until the agent answers, then `done` with the answer (`document`). The
+  `account`), `running` until the agent answers (believed until `deadline_at`), then `done` with
+  the answer (`document`). The
   task's replica drops the rows once the task is saved with their results; should it die before,
   the replica that ends the task ends it with them.
 
@@ -62,6 +63,7 @@ def upgrade() -> None:
         sa.Column("replica", sa.String(253), nullable=False),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("document", sa.Text().with_variant(mysql.LONGTEXT(), *_MY), nullable=True),
+        sa.Column("deadline_at", _timestamp(), nullable=False),
         sa.Column("updated_at", _timestamp(), nullable=False),
         sa.PrimaryKeyConstraint("operation_id", name="pk_kubesvc_operation_results"),
         **_mysql_options(op.get_bind()),
