@@ -9,6 +9,7 @@ carry Spinnaker permissions, and callers who may read one, write another, or not
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import re
@@ -128,6 +129,7 @@ def stack(kubesim, tmp_path_factory):
     )
     hub.tokens_file = tokens  # type: ignore[attr-defined]
     hub.pki = pki  # type: ignore[attr-defined]
+    hub.database_url = f"sqlite:///{directory / 'hub.db'}"  # type: ignore[attr-defined]
     callers = {n: Caller(hub, pki.ca, token_of(n)) for n in TOKENS}
     callers["nobody"] = Caller(hub, pki.ca)
     callers["dave"] = Caller(hub, pki.ca, cert=(directory / "dave.pem", directory / "dave-key.pem"))
@@ -402,8 +404,26 @@ def test_a_dynamic_accounts_stored_permissions_hold_whatever_its_agent_describes
         # The account shows the permissions that hold, and whoever is in the group reads it.
         assert bob.call("GET", "/api/v1/accounts/ops-dynamic")[1]["properties"]["permissions"] == stored["permissions"]  # type: ignore[index]
         assert bob.call("GET", "/api/v1/accounts/ops-dynamic/objects")[0] == 200
+
+        # Narrowed through another replica (written to the shared database, as that replica
+        # does; it sends the account to its own agents, not to this replica's): it holds here too,
+        # within retryFrequencySeconds, without any agent describing the account again.
+        narrowed = {"READ": ["auditors"], "WRITE": ["auditors"]}
+        row = asyncio.run(_write_permissions(hub.database_url, "ops-dynamic", narrowed))  # type: ignore[attr-defined]
+        assert row.properties["permissions"] == narrowed
+        assert _wait(lambda: bob.call("GET", "/api/v1/accounts/ops-dynamic/objects")[0] == 403), (
+            "the permissions changed in the database never held on the replica streaming the account"
+        )
     finally:
         agent.close()
+
+
+async def _write_permissions(url: str, name: str, permissions: dict) -> Any:
+    from scaleagent.hub.store import Store
+
+    async with await Store.open(url) as store:
+        row = await store.get_account(name)
+        return await store.update_account(name, properties={**row.properties, "permissions": permissions})
 
 
 def _get_from(hub: HubProcess, source: str, path: str, token: str | None) -> tuple[int, Any, Any]:

@@ -964,8 +964,17 @@ class AccountsService:
             try:
                 await self.repair_stuck()
                 await self.retry_failed()
+                await self.refresh_permissions()
             except StoreError as e:
                 log.error("dynamic accounts: retrying failed accounts: %s", e)
+
+    async def refresh_permissions(self) -> None:
+        """Read again the permissions of the dynamic accounts this replica streams: one changed
+        through another replica (which sends the account to the agents it has, maybe not to this
+        replica's) holds here within retryFrequencySeconds."""
+        held = [name for name in self.registry.accounts if name in self.registry.managed]
+        if held:
+            self._manage(await self.store.list_accounts(names=held, source=SOURCE))
 
     async def repair_stuck(self) -> None:
         """Move on accounts whose transient state no handler will move any more (a write lost for
