@@ -94,8 +94,8 @@ def test_a_dynamic_accounts_kubeconfig_never_reaches_an_identity_it_is_not_bound
         c.wait_until(f"/agents/kubernetes/accounts/{ACCOUNT}", active, timeout=WAIT, what="the account ACTIVE")
         first = {name: given(agent) for name, agent in agents.items()}
         print(f"\ndrill credentials, first migration: sent to alpha {first['alpha']}x, beta {first['beta']}x")
-        assert sorted(first.values()) == [0, 1], first
-        bound, other = sorted(first, key=first.__getitem__, reverse=True)
+        assert first == {"alpha": 1, "beta": 0}, first  # bound to the oldest agent's identity
+        bound, other = "alpha", "beta"
         a.wait_log(rf"not sending account {ACCOUNT} to agent agent-{other}: .*bound to agent identity '{bound}'")
 
         # New settings of the ACTIVE account, through another replica: sent again, to `bound` alone.

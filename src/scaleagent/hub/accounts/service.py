@@ -532,6 +532,7 @@ class AccountsService:
             per_session: dict[str, tuple[Session, list[Any]]] = {}
             for name, sessions in to_all.items():
                 if name in moved:
+                    await self._bind_first(name, sessions)
                     for s in sessions:
                         per_session.setdefault(s.id, (s, []))[1].append(specs[name])
             results = await asyncio.gather(*(self._add(s, batch) for s, batch in per_session.values()))
@@ -638,6 +639,17 @@ class AccountsService:
         except Exception as e:
             log.exception("sending AddAccounts to agent %s failed", session.agent_id)
             return {spec.name: (False, f"cannot send to agent {session.agent_id}: {e}") for spec in specs}
+
+    async def _bind_first(self, name: str, sessions: list[Session]) -> None:
+        """Before an account is sent to all these sessions at once: bind it (if unbound) to the
+        identity of the oldest that may take it, rather than to whichever send the database
+        happens to see first; the others are then refused by the dispatcher."""
+        for session in sorted(sessions, key=lambda s: s.connected_at):
+            try:
+                if await self.registry.may_receive(session, name) is None:
+                    return
+            except StoreError:
+                return  # the dispatcher says so, for each session
 
     def _record_answers(
         self, session: Session, result: dict[str, tuple[bool, str]], refusals: dict[str, list[str]]
