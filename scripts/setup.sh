@@ -86,7 +86,7 @@ ensure_databases() {
 
 # The e2e tests run the agent and the hub against a real control plane too (scripts/real-cluster):
 # built once per machine (cached under ~/.cache/scale-agent), started on free loopback ports for
-# this run and stopped when it ends. A cluster named by SCALE_AGENT_E2E_KUBECONFIG is used instead;
+# this run, with a node so that pods run, and stopped when it ends. A cluster named by SCALE_AGENT_E2E_KUBECONFIG is used instead;
 # SCALE_AGENT_E2E_REAL_CLUSTER=0 skips it (the real-server tests then say they were skipped).
 ensure_real_cluster() {
   [ -n "${SCALE_AGENT_E2E_KUBECONFIG:-}" ] && return 0
@@ -94,7 +94,9 @@ ensure_real_cluster() {
     echo "note: SCALE_AGENT_E2E_REAL_CLUSTER=0: the tests against a real apiserver are skipped" >&2; return 0
   fi
   REAL_CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/scale-agent-real-cluster.XXXXXX")"
-  if "$ROOT/scripts/real-cluster" start --dir "$REAL_CLUSTER_DIR" > "$REAL_CLUSTER_DIR/env"; then
+  local node=(--with-node)  # pods really run (docs/real-cluster.md); SCALE_AGENT_E2E_NODE=0: no node
+  [ "${SCALE_AGENT_E2E_NODE:-1}" != 0 ] || node=()
+  if "$ROOT/scripts/real-cluster" start --dir "$REAL_CLUSTER_DIR" "${node[@]}" > "$REAL_CLUSTER_DIR/env"; then
     # shellcheck disable=SC1091
     source "$REAL_CLUSTER_DIR/env"
   elif [ -n "${CI:-}" ]; then

@@ -177,7 +177,8 @@ def test_every_kustomization_applies_to_a_real_api_server(path: Path, real: Real
         got = real.json("get", *args, meta["name"], *(["-n", meta["namespace"]] if "namespace" in meta else []))
         assert got["metadata"]["uid"], obj
     # The controllers make the Deployments' pods: admission accepts the pod template as it is
-    # (its ServiceAccount exists, its security context is valid). No kubelet runs them.
+    # (its ServiceAccount exists, its security context is valid). The product's image is not on the
+    # node (no registry), so they do not start.
     for deployment in find(installed.objects, "Deployment"):
         selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
         wanted = deployment["spec"]["replicas"]

@@ -1,7 +1,7 @@
 """Operations through the hub change the cluster: deploy, patch, scale, rollouts, delete, runJob.
 
-On the real control plane a Deployment controller makes the ReplicaSets (and their revisions),
-but no Pod ever runs: there is no kubelet and no scheduler.
+On the real control plane a Deployment controller makes the ReplicaSets (and their revisions); its
+node (docs/real-cluster.md) pulls no image, so pods of images it does not hold never start.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ If the client needs something kubesim does not do, kubesim is wrong.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 import pytest
@@ -51,6 +52,29 @@ def _pods_run(core: client.CoreV1Api) -> bool:
     """Whether pods get to run: kubesim runs them at once; a real cluster needs nodes (the control
     plane of scripts/real-cluster has no kubelet, so its pods stay Pending)."""
     return client.VersionApi(core.api_client).get_code().git_commit == "kubesim" or bool(core.list_node().items)
+
+
+NODE_IMAGE = os.environ.get("SCALE_AGENT_E2E_NODE_IMAGE")
+
+
+def _web(version: str) -> client.V1Container:
+    """nginx at `version`; where the real control plane has its node, which pulls no image, the
+    node's own image (docs/real-cluster.md), the version in its environment."""
+    if not NODE_IMAGE:
+        return client.V1Container(name="web", image=f"nginx:{version}")
+    return client.V1Container(
+        name="web",
+        image=NODE_IMAGE,
+        image_pull_policy="Never",
+        command=["sleep", "3600"],
+        env=[client.V1EnvVar(name="VERSION", value=version)],
+    )
+
+
+def _version(container: client.V1Container) -> str:
+    if container.env:
+        return next(e.value for e in container.env if e.name == "VERSION")
+    return container.image.rsplit(":", 1)[1]
 
 
 def raw_get(api: client.ApiClient, path: str, accept: str):
@@ -195,7 +219,7 @@ def test_deployment_rolls_out_replicasets_with_revisions(api, namespace):
             selector=client.V1LabelSelector(match_labels=labels),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="web", image="nginx:1.25")]),
+                spec=client.V1PodSpec(containers=[_web("1.25")], termination_grace_period_seconds=1),
             ),
         ),
     )
@@ -224,9 +248,8 @@ def test_deployment_rolls_out_replicasets_with_revisions(api, namespace):
     d1 = wait_rolled_out(1)
     assert d1.metadata.annotations["deployment.kubernetes.io/revision"] == "1"
 
-    apps.patch_namespaced_deployment(
-        "web", namespace, {"spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx:1.26"}]}}}}
-    )
+    newer = client.ApiClient().sanitize_for_serialization(_web("1.26"))
+    apps.patch_namespaced_deployment("web", namespace, {"spec": {"template": {"spec": {"containers": [newer]}}}})
     if not pods_run:
         # No kubelet: the new ReplicaSet (revision 2) is made, but no pod of it ever becomes
         # available, so the old one is never scaled down and the rollout never ends.
@@ -248,7 +271,7 @@ def test_deployment_rolls_out_replicasets_with_revisions(api, namespace):
     by_revision = {rs.metadata.annotations["deployment.kubernetes.io/revision"]: rs for rs in sets}
     assert set(by_revision) == {"1", "2"}
     assert by_revision["2"].spec.replicas == 2 and by_revision["1"].spec.replicas == 0
-    assert by_revision["2"].spec.template.spec.containers[0].image == "nginx:1.26"
+    assert _version(by_revision["2"].spec.template.spec.containers[0]) == "1.26"
     assert all(rs.metadata.owner_references[0].uid == d2.metadata.uid for rs in sets)
 
 
