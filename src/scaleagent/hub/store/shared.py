@@ -266,11 +266,7 @@ class SharedStore:
         now = _now()
         async with self.store.transaction("save task", task_id) as session:
             if forget_operations:
-                await session.execute(
-                    delete(OperationResultRow)
-                    .where(OperationResultRow.task_id == task_id)
-                    .execution_options(synchronize_session=False)
-                )
+                await _forget_results(session, task_id)
             row = await session.get(TaskRow, task_id)
             if row is None:
                 session.add(
@@ -415,20 +411,8 @@ class SharedStore:
             )
             if _rowcount(result) != 1:
                 return False
-            await session.execute(
-                delete(OperationResultRow)
-                .where(OperationResultRow.task_id == task_id)
-                .execution_options(synchronize_session=False)
-            )
+            await _forget_results(session, task_id)
             return True
-
-    async def forget_task_operations(self, task_id: str) -> None:
-        async with self.store.transaction("forget operation results", task_id) as session:
-            await session.execute(
-                delete(OperationResultRow)
-                .where(OperationResultRow.task_id == task_id)
-                .execution_options(synchronize_session=False)
-            )
 
     async def trim_tasks(self, keep: int) -> int:
         """Delete the oldest ended tasks beyond the newest `keep` tasks; returns how many went."""
@@ -453,6 +437,16 @@ class SharedStore:
                 .execution_options(synchronize_session=False)
             )
             return _rowcount(result)
+
+
+async def _forget_results(session: Any, task_id: str) -> None:
+    """Drop the results other replicas kept for a task, in the caller's transaction (the task's
+    document holds them now)."""
+    await session.execute(
+        delete(OperationResultRow)
+        .where(OperationResultRow.task_id == task_id)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _task(row: TaskRow) -> StoredTask:
