@@ -293,3 +293,20 @@ def test_a_pods_own_reason_and_a_failed_container_are_told():
         )
         == "pod q Running"
     )
+
+
+async def test_a_job_that_exists_then_vanishes_at_every_try_fails_409_saying_so():
+    """A create answered 409 AlreadyExists and a read answered 404, again and again (something
+    deletes the Job as it is made): a 409 that says so, never the agent's own error."""
+    exists = APIError.from_response(409, orjson.dumps({"kind": "Status", "code": 409, "reason": "AlreadyExists"}))
+    gone = APIError.from_response(404, orjson.dumps({"kind": "Status", "code": 404, "reason": "NotFound"}))
+    answers = {("POST", "/apis/batch/v1/namespaces/prod/jobs"): exists}
+    answers |= {("GET", "/apis/batch/v1/namespaces/prod/jobs/migrate"): gone}
+    out = Outcome(operation="op-1")
+    await ClusterOperations(Server(answers), Resources()).run(
+        "runJob",
+        {"manifest": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "migrate"}}, "namespace": "prod"},
+        out,
+    )
+    assert out.error is not None and (out.error.code, out.error.reason) == (409, "Conflict"), out.error
+    assert "job migrate in namespace prod" in out.error.message and "nothing was applied" in out.error.message

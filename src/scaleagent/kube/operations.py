@@ -886,7 +886,12 @@ class ClusterOperations:
                     return existing
                 if prefix is None or attempt == CONFLICT_ATTEMPTS - 1:
                     raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise OperationFailed(
+            409,
+            "Conflict",
+            f"job {meta['name']} in namespace {namespace} was reported to exist, then not found, "
+            f"{CONFLICT_ATTEMPTS} times in a row (something deletes it as it is created); nothing was applied",
+        )
 
     async def _job_timed_out(
         self, kind: KindInfo, namespace: str, created: dict[str, Any], out: Outcome
